@@ -1,0 +1,24 @@
+"""mwsp_torch: the MWSP graph kernel (Multi-scale Wasserstein Shortest-Path) for PyTorch Geometric.
+
+Data flows one way: ``labels -> trees -> paths -> transport -> kernel -> evaluation``;
+:class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform.
+"""
+
+from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl
+from mwsp_torch.estimator import MWSP
+from mwsp_torch.evaluation import nested_protocol, paper_protocol
+from mwsp_torch.kernel import krein_projector, laplacian_kernel
+from mwsp_torch.trees import TreeIDs
+
+__all__ = [
+    "MWSP",
+    "TreeIDs",
+    "krein_projector",
+    "laplacian_kernel",
+    "load_dataset",
+    "load_tudataset",
+    "make_csl",
+    "nested_protocol",
+    "paper_protocol",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,201 @@
+"""Shortest-path representations and sparse multi-scale node feature maps (SPEC section 3).
+
+For a root ``v`` every node ``u`` with ``dist(v, u) <= d`` is an endpoint
+(``v`` itself included). The shortest paths from ``v`` are exactly the
+root-to-node chains of ``v``'s unfolded shortest-path DAG, so they are
+enumerated level by level; paths that end at the same node with the same
+representation are merged with a count, so graphs with many tied shortest
+paths cost no more than their distinct representations.
+
+A representation at scale ``s`` is interned as the pair chain
+``(-1 - s, t_s(w0)), (., t_s(w1)), ...``, so its ID is also its column in the
+concatenated map ``phi = phi_0 || ... || phi_k`` (the first key tags the scale).
+Weights: ``paths="split"`` gives each endpoint mass 1 split evenly over its
+``sigma(v, u)`` shortest paths, ``paths="all"`` gives every path 1. Per root,
+contributions are summed in a canonical order (sorted by column, then value),
+so identical rows come out bit-identical whatever the node numbering.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch.labels import GraphSet
+
+PATH_MODES = ("split", "all")
+
+
+@njit(cache=True, nogil=True)
+def _grow(arr, need):
+    if need <= arr.shape[0]:
+        return arr
+    new = np.empty(max(need, 2 * arr.shape[0]), dtype=arr.dtype)
+    new[: arr.shape[0]] = arr
+    return new
+
+
+@njit(cache=True, nogil=True)
+def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset):
+    num_nodes = tree_ids.shape[0]
+    num_scales = tree_ids.shape[1]
+    dist = np.full(num_nodes, -1, dtype=np.int64)
+    sigma = np.zeros(num_nodes, dtype=np.int64)
+    pos = np.empty(num_nodes, dtype=np.int64)
+    order = np.empty(num_nodes, dtype=np.int64)
+    level_end = np.empty(d + 1, dtype=np.int64)
+    # States of the current / next level: (end node, representation, count).
+    st_node = np.empty(64, dtype=np.int64)
+    st_rep = np.empty(64, dtype=np.int64)
+    st_cnt = np.empty(64, dtype=np.int64)
+    nx_node = np.empty(64, dtype=np.int64)
+    nx_rep = np.empty(64, dtype=np.int64)
+    nx_cnt = np.empty(64, dtype=np.int64)
+    em_rep = np.empty(64, dtype=np.int64)
+    em_w = np.empty(64, dtype=np.float64)
+    row_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    cols = np.empty(1024, dtype=np.int64)
+    vals = np.empty(1024, dtype=np.float64)
+    nnz = 0
+    for v in range(num_nodes):
+        # BFS to depth d with shortest-path counts sigma.
+        order[0] = v
+        dist[v] = 0
+        sigma[v] = 1
+        pos[v] = 0
+        tail = 1
+        level_end[0] = 1
+        start = 0
+        for level in range(d):
+            for i in range(start, level_end[level]):
+                u = order[i]
+                for e in range(indptr[u], indptr[u + 1]):
+                    w = indices[e]
+                    if dist[w] == -1:
+                        dist[w] = level + 1
+                        sigma[w] = 0
+                        pos[w] = tail
+                        order[tail] = w
+                        tail += 1
+                    if dist[w] == level + 1:
+                        sigma[w] += sigma[u]
+            start = level_end[level]
+            level_end[level + 1] = tail
+        n_emit = 0
+        for s in range(num_scales):
+            n_st = 1
+            st_node[0] = v
+            st_rep[0] = intern_pair(frozen, fresh, offset, -1 - s, tree_ids[v, s])
+            st_cnt[0] = 1
+            for level in range(d + 1):
+                # Emit this level's states.
+                em_rep = _grow(em_rep, n_emit + n_st)
+                em_w = _grow(em_w, n_emit + n_st)
+                for i in range(n_st):
+                    em_rep[n_emit] = st_rep[i]
+                    if split:
+                        em_w[n_emit] = st_cnt[i] / sigma[st_node[i]]
+                    else:
+                        em_w[n_emit] = float(st_cnt[i])
+                    n_emit += 1
+                if level == d:
+                    break
+                # Extend every state by one edge down the DAG.
+                n_nx = 0
+                for i in range(n_st):
+                    u = st_node[i]
+                    for e in range(indptr[u], indptr[u + 1]):
+                        w = indices[e]
+                        if dist[w] == level + 1:
+                            if n_nx >= nx_node.shape[0]:
+                                nx_node = _grow(nx_node, n_nx + 1)
+                                nx_rep = _grow(nx_rep, n_nx + 1)
+                                nx_cnt = _grow(nx_cnt, n_nx + 1)
+                            nx_node[n_nx] = w
+                            nx_rep[n_nx] = intern_pair(frozen, fresh, offset, st_rep[i], tree_ids[w, s])
+                            nx_cnt[n_nx] = st_cnt[i]
+                            n_nx += 1
+                if n_nx == 0:
+                    break
+                # Merge states with equal (end node, representation).
+                key = np.empty(n_nx, dtype=np.int64)
+                for i in range(n_nx):
+                    key[i] = nx_rep[i] * tail + pos[nx_node[i]]
+                perm = np.argsort(key)
+                st_node = _grow(st_node, n_nx)
+                st_rep = _grow(st_rep, n_nx)
+                st_cnt = _grow(st_cnt, n_nx)
+                n_st = 0
+                last = -1
+                for j in range(n_nx):
+                    i = perm[j]
+                    if j > 0 and key[i] == last:
+                        st_cnt[n_st - 1] += nx_cnt[i]
+                    else:
+                        st_node[n_st] = nx_node[i]
+                        st_rep[n_st] = nx_rep[i]
+                        st_cnt[n_st] = nx_cnt[i]
+                        n_st += 1
+                        last = key[i]
+        # Canonical summation: sort by (column, value), then add runs.
+        by_w = np.argsort(em_w[:n_emit], kind="mergesort")
+        by_rep = np.argsort(em_rep[:n_emit][by_w], kind="mergesort")
+        perm = by_w[by_rep]
+        cols = _grow(cols, nnz + n_emit)
+        vals = _grow(vals, nnz + n_emit)
+        last = -1
+        for j in range(n_emit):
+            i = perm[j]
+            if j > 0 and em_rep[i] == last:
+                vals[nnz - 1] += em_w[i]
+            else:
+                cols[nnz] = em_rep[i]
+                vals[nnz] = em_w[i]
+                nnz += 1
+                last = em_rep[i]
+        row_ptr[v + 1] = nnz
+        for i in range(tail):
+            dist[order[i]] = -1
+    return row_ptr, cols[:nnz].copy(), vals[:nnz].copy()
+
+
+def node_feature_maps(
+    graph_set: GraphSet,
+    tree_ids: np.ndarray,
+    d: int,
+    paths: str,
+    vocab: Vocabulary,
+    frozen: Vocabulary | None = None,
+) -> sp.csr_matrix:
+    """Multi-scale node feature maps ``phi(v)`` of every node, sparse.
+
+    Args:
+        graph_set (GraphSet): the graphs.
+        tree_ids (np.ndarray): ``[num_nodes, k + 1]`` from :func:`mwsp_torch.trees.tree_ids`.
+        d (int): maximal path length in edges, ``d >= 0``.
+        paths (str): ``"split"`` or ``"all"``.
+        vocab (Vocabulary): table that unseen path representations join.
+        frozen (Vocabulary, optional): fitted table, consulted first, never changed.
+
+    Returns:
+        ``[num_nodes, vocab.size]`` CSR float64 matrix, columns sorted per row.
+    """
+    if d < 0:
+        raise ValueError(f"d must be >= 0, got {d}")
+    if paths not in PATH_MODES:
+        raise ValueError(f"paths must be one of {PATH_MODES}, got {paths!r}")
+    frozen_table = frozen.table if frozen is not None else Vocabulary().table
+    row_ptr, cols, vals = _path_features_kernel(
+        graph_set.indptr,
+        graph_set.indices,
+        np.ascontiguousarray(tree_ids, dtype=np.int64),
+        d,
+        paths == "split",
+        frozen_table,
+        vocab.table,
+        vocab.offset,
+    )
+    width = max(vocab.size, frozen.size if frozen is not None else 0)
+    return sp.csr_matrix((vals, cols, row_ptr), shape=(graph_set.num_nodes, width))

@@ -1,0 +1,33 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+os.environ.setdefault("KEOPS_VERBOSE", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_data(num_nodes, edges, labels) -> Data:
+    edge_index = torch.tensor(np.asarray(edges, dtype=np.int64).reshape(-1, 2).T.copy())
+    return Data(edge_index=edge_index, num_nodes=num_nodes, node_label=torch.tensor(labels, dtype=torch.long))
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The TU raw files: $MWSP_DATA_ROOT (CI sets it to a scratch copy), else ../shared/tudatasets.
+
+    Missing data is an error, not a skip: CI provides it.
+    """
+    root = os.environ.get("MWSP_DATA_ROOT") or str(REPO.parent / "shared" / "tudatasets")
+    if not (Path(root) / "MUTAG" / "raw" / "MUTAG_A.txt").is_file():
+        raise RuntimeError(f"TU datasets not found under {root}; set MWSP_DATA_ROOT")
+    return Path(root)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mwsp_cache")

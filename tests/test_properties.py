@@ -1,0 +1,96 @@
+"""Hypothesis properties over random small graphs with cycles (so ties between shortest paths)."""
+
+import numpy as np
+import ot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import make_data
+from mwsp_torch import MWSP
+from reference import distance_matrix
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def graphs(draw, min_nodes=1, max_nodes=8):
+    n = draw(st.integers(min_nodes, max_nodes))
+    possible = [(u, v) for u in range(n) for v in range(u + 1, n)]
+    edges = draw(st.lists(st.sampled_from(possible), unique=True, max_size=len(possible))) if possible else []
+    labels = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    return n, edges, labels
+
+
+def as_data(graph):
+    n, edges, labels = graph
+    return make_data(n, edges, labels)
+
+
+def renumber(graph, perm):
+    n, edges, labels = graph
+    new_labels = [0] * n
+    for old, new in enumerate(perm):
+        new_labels[new] = labels[old]
+    return n, [(perm[u], perm[v]) for u, v in edges], new_labels
+
+
+@SETTINGS
+@given(st.lists(graphs(), min_size=2, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"]))
+def test_matches_bruteforce_reference(dataset, d, k, paths):
+    got = MWSP(d=d, k=k, paths=paths).fit([as_data(g) for g in dataset]).distances_
+    expected = distance_matrix(dataset, d, k, paths)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
+@given(st.lists(graphs(), min_size=1, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"]))
+def test_symmetric_zero_diagonal(dataset, d, k, paths):
+    w = MWSP(d=d, k=k, paths=paths).fit([as_data(g) for g in dataset]).distances_
+    assert np.array_equal(w, w.T)
+    assert np.all(np.diag(w) == 0.0)
+    assert np.all(w >= 0.0)
+
+
+@SETTINGS
+@given(graphs(min_nodes=2), st.randoms(use_true_random=False), st.integers(0, 4), st.integers(0, 3),
+       st.sampled_from(["split", "all"]))
+def test_renumbering_gives_distance_zero(graph, rnd, d, k, paths):
+    perm = list(range(graph[0]))
+    rnd.shuffle(perm)
+    w = MWSP(d=d, k=k, paths=paths).fit([as_data(graph), as_data(renumber(graph, perm))]).distances_
+    assert w[0, 1] == 0.0
+
+
+@SETTINGS
+@given(st.lists(graphs(), min_size=3, max_size=5), st.randoms(use_true_random=False), st.integers(0, 3),
+       st.integers(0, 2))
+def test_dataset_reordering_permutes_matrix(dataset, rnd, d, k):
+    order = list(range(len(dataset)))
+    rnd.shuffle(order)
+    w = MWSP(d=d, k=k).fit([as_data(g) for g in dataset]).distances_
+    w_perm = MWSP(d=d, k=k).fit([as_data(dataset[i]) for i in order]).distances_
+    # Row IDs follow the order graphs are met in, so the solver sums the same
+    # optimal plan in another order: equal up to rounding, not bitwise.
+    np.testing.assert_allclose(w_perm, w[np.ix_(order, order)], rtol=1e-12, atol=1e-15)
+
+
+@SETTINGS
+@given(st.lists(graphs(), min_size=2, max_size=4), st.integers(0, 3), st.integers(0, 2))
+def test_exact_equals_emd2_on_uncollapsed_rows(dataset, d, k):
+    model = MWSP(d=d, k=k).fit([as_data(g) for g in dataset])
+    dense = model.features_.toarray()
+    ptr = np.cumsum([0] + [g[0] for g in dataset])
+    for i in range(len(dataset)):
+        for j in range(i + 1, len(dataset)):
+            a, b = dense[ptr[i] : ptr[i + 1]], dense[ptr[j] : ptr[j + 1]]
+            expected = ot.emd2(np.full(len(a), 1 / len(a)), np.full(len(b), 1 / len(b)), ot.dist(a, b, "euclidean"))
+            assert abs(model.distances_[i, j] - expected) <= 1e-9 * max(expected, 1e-3)
+
+
+@SETTINGS
+@given(st.lists(graphs(), min_size=2, max_size=4), st.sampled_from([1e-3, 1e-1, 1.0, 10.0]))
+def test_kernel_is_exp_of_distances(dataset, lam):
+    model = MWSP(d=2, k=1, lam=lam)
+    kernel = model.fit_transform([as_data(g) for g in dataset])
+    np.testing.assert_array_equal(kernel, np.exp(-lam * model.distances_))
+    assert np.all(np.diag(kernel) == 1.0)
