@@ -50,6 +50,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         device (str): torch device for ``solver="sinkhorn"`` (default ``"cpu"``).
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
         blur (float): Sinkhorn blur (default ``0.01``).
+        scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
+            and more accurate (default ``0.99``; see ``benchmarks/README.md``).
         progress (bool): show a tqdm bar over pairs (default ``False``).
 
     Attributes:
@@ -70,6 +72,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         device: str = "cpu",
         n_jobs: int = 1,
         blur: float = 0.01,
+        scaling: float = 0.99,
         progress: bool = False,
     ) -> None:
         self.d = d
@@ -81,6 +84,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.device = device
         self.n_jobs = n_jobs
         self.blur = blur
+        self.scaling = scaling
         self.progress = progress
 
     def _validate_params(self) -> None:
@@ -136,7 +140,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
             if self.solver == "exact":
                 return exact_distances(left, right, pairs, n_jobs=self.n_jobs, progress=bar.update)
-            return sinkhorn_distances(left, right, pairs, blur=self.blur, device=self.device, progress=bar.update)
+            return sinkhorn_distances(left, right, pairs, blur=self.blur, scaling=self.scaling, device=self.device, progress=bar.update)
 
     def fit(self, graphs, y=None) -> MWSP:
         """Learn vocabularies and the training distances ``distances_``.

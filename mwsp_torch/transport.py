@@ -252,7 +252,7 @@ def sinkhorn_distances(
     right: SupportSet,
     pairs: np.ndarray,
     blur: float = 0.01,
-    scaling: float = 0.9,
+    scaling: float = 0.99,
     device: str = "cpu",
     batch_size: int = 256,
     progress: Callable[[int], None] | None = None,
@@ -262,7 +262,7 @@ def sinkhorn_distances(
     Args:
         left, right, pairs: as in :func:`exact_distances`.
         blur (float): geomloss ``blur``, the entropic length scale (default ``0.01``).
-        scaling (float): epsilon-scaling ratio (default ``0.9``).
+        scaling (float): epsilon-scaling ratio (default ``0.99``).
         device (str): torch device (default ``"cpu"``).
         batch_size (int): pairs per batch (default ``256``).
         progress (callable, optional): called with the number of pairs done.

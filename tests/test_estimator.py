@@ -1,0 +1,133 @@
+"""The scikit-learn estimator: fit/transform, unseen graphs, clone, pickling, Krein treatment."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from torch_geometric.data import Data
+
+from conftest import make_data
+from mwsp_torch import MWSP, TreeIDs, krein_projector, make_csl
+from mwsp_torch.datasets import CSL_SKIPS
+from reference import distance_matrix
+
+TRAIN = [
+    (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [0, 1, 0, 1]),
+    (5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2)], [0, 0, 1, 1, 0]),
+    (3, [(0, 1), (1, 2)], [1, 0, 1]),
+]
+# Unseen labels (5), unseen trees and paths.
+NEW = [
+    (4, [(0, 1), (1, 2), (2, 3)], [5, 1, 0, 5]),
+    (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [1, 0, 1, 0]),
+]
+
+
+def datas(graphs):
+    return [make_data(*g) for g in graphs]
+
+
+@pytest.mark.parametrize("d,k", [(1, 0), (2, 1), (3, 2)])
+def test_transform_on_unseen_graphs_matches_reference(d, k):
+    model = MWSP(d=d, k=k, lam=0.5).fit(datas(TRAIN))
+    fitted = (model.distances_.copy(), model.tree_vocab_.size, model.path_vocab_.size, model.row_vocab_.size)
+    kernel = model.transform(datas(NEW))
+    full = distance_matrix(TRAIN + NEW, d, k, "split")
+    expected = full[len(TRAIN) :, : len(TRAIN)]
+    np.testing.assert_allclose(model.cross_distances(datas(NEW)), expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(kernel, np.exp(-0.5 * expected), rtol=1e-9)
+    # The fitted state is untouched.
+    assert np.array_equal(model.distances_, fitted[0])
+    assert (model.tree_vocab_.size, model.path_vocab_.size, model.row_vocab_.size) == fitted[1:]
+    # A renumbered training graph is at distance 0 from itself.
+    assert kernel[1, 0] == 1.0
+
+
+def test_transform_of_training_graphs_equals_fit():
+    model = MWSP(d=2, k=1).fit(datas(TRAIN))
+    np.testing.assert_allclose(model.transform(datas(TRAIN)), model.kernel(), rtol=1e-12)
+
+
+def test_clone_and_get_params():
+    model = MWSP(d=3, k=2, lam=0.1, paths="all", n_jobs=2)
+    params = model.get_params()
+    assert params["d"] == 3 and params["paths"] == "all" and params["n_jobs"] == 2
+    copy = clone(model)
+    assert copy.get_params() == params
+    copy.set_params(lam=5.0)
+    assert copy.lam == 5.0 and model.lam == 0.1
+
+
+def test_pickle_roundtrip_keeps_vocabularies():
+    model = MWSP(d=2, k=1).fit(datas(TRAIN))
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.transform(datas(NEW)), model.transform(datas(NEW)))
+
+
+def test_threads_give_the_same_matrix():
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    one = MWSP(d=2, k=1, n_jobs=1).fit(graphs).distances_
+    two = MWSP(d=2, k=1, n_jobs=2).fit(graphs).distances_
+    assert np.array_equal(one, two)
+
+
+def test_csl_copies_are_isomorphic_and_classes_separate():
+    graphs, y = make_csl(graphs_per_class=3)
+    w = MWSP(d=4, k=0).fit(graphs).distances_
+    same = y[:, None] == y[None, :]
+    assert np.all(w[same] == 0.0)
+    # Skips 6 and 16 give every node the same distance layers (measured: also at
+    # d=20 and k up to 3), so MWSP cannot tell them apart; every other pair of classes it can.
+    skips = np.array(CSL_SKIPS)[y]
+    twins = np.isin(skips[:, None], (6, 16)) & np.isin(skips[None, :], (6, 16))
+    assert np.all(w[~same & ~twins] > 1e-3)
+    assert np.all(w[twins] == 0.0)
+
+
+def test_multi_column_labels_are_categorical_rows():
+    def graph(rows):
+        return Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=3, node_label=torch.tensor(rows))
+
+    a = graph([[0, 1], [1, 0], [0, 1]])
+    b = graph([[0, 1], [1, 0], [0, 1]])
+    c = graph([[0, 1], [1, 1], [0, 1]])  # differs only in the second column of the middle node
+    w = MWSP(d=1, k=0).fit([a, b, c]).distances_
+    assert w[0, 1] == 0.0 and w[0, 2] > 0.0
+
+
+def test_one_hot_x_equals_node_label():
+    labels = torch.tensor([0, 2, 1, 2])
+    edges = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    via_x = Data(edge_index=edges, x=torch.nn.functional.one_hot(labels, 4).float())
+    via_label = Data(edge_index=edges, num_nodes=4, node_label=labels)
+    other = make_data(4, [(0, 1), (1, 2), (2, 3)], [2, 0, 1, 2])
+    w_x = MWSP(d=2, k=1).fit([via_x, other]).distances_
+    w_l = MWSP(d=2, k=1).fit([via_label, other]).distances_
+    assert w_x[0, 1] == w_l[0, 1] > 0
+
+
+def test_krein_projector_flip_and_clip():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 6))
+    kernel = (a + a.T) / 2
+    eig = np.linalg.eigvalsh(kernel)
+    assert eig.min() < 0
+    flipped = kernel @ krein_projector(kernel, "flip")
+    clipped = kernel @ krein_projector(kernel, "clip")
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(flipped)), np.sort(np.abs(eig)), atol=1e-10)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(clipped)), np.sort(np.maximum(eig, 0)), atol=1e-10)
+    np.testing.assert_allclose(flipped, flipped.T, atol=1e-12)
+
+
+def test_tree_ids_transform_writes_consistent_ids():
+    transform = TreeIDs(k=2)
+    a = transform(make_data(4, [(0, 1), (1, 2), (2, 3)], [0, 1, 1, 0]))
+    b = transform(make_data(4, [(3, 2), (2, 1), (1, 0)], [0, 1, 1, 0]))  # the same path, reversed
+    assert a.tree_ids.shape == (4, 3) and a.tree_ids.dtype == torch.long
+    # Node i of a is node 3 - i of b.
+    assert torch.equal(a.tree_ids, b.tree_ids.flip(0))
+    # The ends and the middle differ at every scale; ends share scale 0 with each other.
+    assert a.tree_ids[0, 0] == a.tree_ids[3, 0] and a.tree_ids[0, 0] != a.tree_ids[1, 0]
+    assert "TreeIDs(k=2" in repr(transform)
