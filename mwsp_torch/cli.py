@@ -26,7 +26,7 @@ import numpy as np
 
 from mwsp_torch.datasets import default_labels, load_dataset, resolve_cache_dir
 from mwsp_torch.estimator import MWSP
-from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS, nested_protocol, paper_protocol
+from mwsp_torch.evaluation import nested_protocol, paper_protocol
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -39,22 +39,30 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--paths", choices=("split", "all"), default="split")
     parser.add_argument("--solver", choices=("exact", "sinkhorn"), default="exact")
     parser.add_argument("--blur", type=float, default=0.01, help="Sinkhorn blur")
-    parser.add_argument("--labels", choices=("auto", "degree", "uniform"), default=None,
-                        help="node label policy (default: the paper's for the dataset)")
+    parser.add_argument(
+        "--labels",
+        choices=("auto", "degree", "uniform"),
+        default=None,
+        help="node label policy (default: the paper's for the dataset)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device for the Sinkhorn solver")
     parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mwsp", description="MWSP graph kernel (Multi-scale Wasserstein Shortest-Path)")
+    parser = argparse.ArgumentParser(
+        prog="mwsp", description="MWSP graph kernel (Multi-scale Wasserstein Shortest-Path)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="SVM accuracy under the paper's or the nested protocol")
     _common(ev, many=True)
     ev.add_argument("--protocol", choices=("nested", "paper"), default="nested")
     ev.add_argument("--svm", choices=("svc", "krein"), default="svc")
     ev.add_argument("--krein", choices=("flip", "clip"), default="flip")
-    ev.add_argument("--seed", type=int, default=None, help="paper: numpy seed (default 42); nested: first seed (default 0)")
+    ev.add_argument(
+        "--seed", type=int, default=None, help="paper: numpy seed (default 42); nested: first seed (default 0)"
+    )
     ev.add_argument("--repeats", type=int, default=10, help="nested: repetitions with seeds seed..seed+repeats-1")
     ev.add_argument("--json", default=None, help="write the results here")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
@@ -66,21 +74,42 @@ def build_parser() -> argparse.ArgumentParser:
 def _distances(args, graphs, d: int, k: int, labels: str, cache_root: Path) -> tuple[np.ndarray, dict]:
     """Distances for one setting, from the cache when this exact setting was computed before."""
     key = json.dumps(
-        {"dataset": args.dataset, "n": len(graphs), "d": d, "k": k, "paths": args.paths, "labels": labels,
-         "solver": args.solver, "blur": args.blur if args.solver == "sinkhorn" else None},
+        {
+            "dataset": args.dataset,
+            "n": len(graphs),
+            "d": d,
+            "k": k,
+            "paths": args.paths,
+            "labels": labels,
+            "solver": args.solver,
+            "blur": args.blur if args.solver == "sinkhorn" else None,
+        },
         sort_keys=True,
     )
     path = cache_root / "distances" / f"{args.dataset}-d{d}-k{k}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
     if path.is_file():
         stored = np.load(path)
-        return stored["distances"], {"features": float(stored["features"]), "transport": float(stored["transport"]),
-                                     "cached": True}
-    model = MWSP(d=d, k=k, paths=args.paths, solver=args.solver, labels=labels, device=args.device,
-                 n_jobs=args.n_jobs, blur=args.blur, progress=not args.quiet).fit(graphs)
+        return stored["distances"], {
+            "features": float(stored["features"]),
+            "transport": float(stored["transport"]),
+            "cached": True,
+        }
+    model = MWSP(
+        d=d,
+        k=k,
+        paths=args.paths,
+        solver=args.solver,
+        labels=labels,
+        device=args.device,
+        n_jobs=args.n_jobs,
+        blur=args.blur,
+        progress=not args.quiet,
+    ).fit(graphs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-    np.savez(tmp, distances=model.distances_, features=model.timings_["features"],
-             transport=model.timings_["transport"])
+    np.savez(
+        tmp, distances=model.distances_, features=model.timings_["features"], transport=model.timings_["transport"]
+    )
     tmp.rename(path)
     return model.distances_, {**model.timings_, "cached": False}
 
@@ -96,25 +125,48 @@ def _evaluate(args) -> dict:
     start = time.perf_counter()
     progress = not args.quiet
     if args.protocol == "paper":
-        runs = {key: paper_protocol(w, y, seed=42 if args.seed is None else args.seed, svm=args.svm,
-                                    krein=args.krein, progress=progress)
-                for key, w in distances.items()}
+        runs = {
+            key: paper_protocol(
+                w, y, seed=42 if args.seed is None else args.seed, svm=args.svm, krein=args.krein, progress=progress
+            )
+            for key, w in distances.items()
+        }
         best = max(settings, key=lambda key: runs[key]["accuracy_mean"])  # the paper's (optimistic) choice
         result = dict(runs[best])
         result["d"], result["k"] = best
-        result["per_setting"] = [{"d": d, "k": k, "accuracy_mean": runs[(d, k)]["accuracy_mean"],
-                                  "accuracy_std": runs[(d, k)]["accuracy_std"]} for d, k in settings]
+        result["per_setting"] = [
+            {
+                "d": d,
+                "k": k,
+                "accuracy_mean": runs[(d, k)]["accuracy_mean"],
+                "accuracy_std": runs[(d, k)]["accuracy_std"],
+            }
+            for d, k in settings
+        ]
         result["grid"] = {"d": list(args.d), "k": list(args.k), **result["grid"]}
-        result["selection"] = "(d, k) picked by test accuracy, as the paper did" if len(settings) > 1 else "fixed (d, k)"
+        result["selection"] = (
+            "(d, k) picked by test accuracy, as the paper did" if len(settings) > 1 else "fixed (d, k)"
+        )
     else:
         first = 0 if args.seed is None else args.seed
-        result = nested_protocol(distances, y, seeds=tuple(range(first, first + args.repeats)), svm=args.svm,
-                                 krein=args.krein, progress=progress)
-    result.update({
-        "dataset": args.dataset, "num_graphs": len(graphs), "paths": args.paths, "solver": args.solver,
-        "labels": labels,
-        "timings_seconds": {"distances": timings, "evaluation": time.perf_counter() - start},
-    })
+        result = nested_protocol(
+            distances,
+            y,
+            seeds=tuple(range(first, first + args.repeats)),
+            svm=args.svm,
+            krein=args.krein,
+            progress=progress,
+        )
+    result.update(
+        {
+            "dataset": args.dataset,
+            "num_graphs": len(graphs),
+            "paths": args.paths,
+            "solver": args.solver,
+            "labels": labels,
+            "timings_seconds": {"distances": timings, "evaluation": time.perf_counter() - start},
+        }
+    )
     return result
 
 
@@ -136,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     grid = result["grid"]
-    print(f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {result['accuracy_std']:.2f} % "
-          f"({result['protocol']} protocol, majority class {result['majority_rate']:.2f} %, "
-          f"d in {grid['d']}, k in {grid['k']})")
+    print(
+        f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {result['accuracy_std']:.2f} % "
+        f"({result['protocol']} protocol, majority class {result['majority_rate']:.2f} %, "
+        f"d in {grid['d']}, k in {grid['k']})"
+    )
     return 0
 
 

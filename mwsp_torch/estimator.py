@@ -24,10 +24,10 @@ from mwsp_torch.labels import LABEL_POLICIES, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (
     SOLVERS,
+    RowVocabulary,
     SupportSet,
     collapse,
     exact_distances,
-    RowVocabulary,
     sinkhorn_distances,
     upper_pairs,
 )
@@ -140,7 +140,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
             if self.solver == "exact":
                 return exact_distances(left, right, pairs, n_jobs=self.n_jobs, progress=bar.update)
-            return sinkhorn_distances(left, right, pairs, blur=self.blur, scaling=self.scaling, device=self.device, progress=bar.update)
+            return sinkhorn_distances(
+                left, right, pairs, blur=self.blur, scaling=self.scaling, device=self.device, progress=bar.update
+            )
 
     def fit(self, graphs, y=None) -> MWSP:
         """Learn vocabularies and the training distances ``distances_``.

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from numba import njit
 
 from mwsp_torch._interning import Vocabulary, intern_pair
@@ -133,7 +132,9 @@ def _label_matrix(data, index: int, num_nodes: int) -> np.ndarray | None:
     if lab.ndim == 1:
         lab = lab[:, None]
     if lab.ndim != 2 or lab.shape[0] != num_nodes or lab.shape[1] == 0:
-        raise ValueError(f"graph {index}: {source} must have one row per node ({num_nodes}), got shape {list(lab.shape)}")
+        raise ValueError(
+            f"graph {index}: {source} must have one row per node ({num_nodes}), got shape {list(lab.shape)}"
+        )
     if lab.size and lab.min() < 0:
         raise ValueError(f"graph {index}: {source} has a negative label ({int(lab.min())})")
     return lab.astype(np.int64)
@@ -175,9 +176,7 @@ def to_graph_set(graphs, labels: str = "auto", label_vocab: Vocabulary | None = 
         if labels == "auto":
             lab = _label_matrix(data, i, n)
             if lab is None:
-                raise ValueError(
-                    f"graph {i}: has neither node_label nor x; choose labels='degree' or labels='uniform'"
-                )
+                raise ValueError(f"graph {i}: has neither node_label nor x; choose labels='degree' or labels='uniform'")
             if width is None:
                 width = lab.shape[1]
             elif lab.shape[1] != width:

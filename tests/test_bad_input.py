@@ -5,8 +5,9 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from conftest import make_data
 from mwsp_torch import MWSP
+
+from conftest import make_data
 
 GOOD = make_data(3, [(0, 1), (1, 2)], [0, 1, 0])
 
@@ -34,7 +35,9 @@ def test_edge_index_wrong_shape():
 
 
 def test_graph_without_nodes():
-    bad = Data(edge_index=torch.zeros((2, 0), dtype=torch.long), num_nodes=0, node_label=torch.zeros(0, dtype=torch.long))
+    bad = Data(
+        edge_index=torch.zeros((2, 0), dtype=torch.long), num_nodes=0, node_label=torch.zeros(0, dtype=torch.long)
+    )
     with pytest.raises(ValueError, match="graph 2: has no nodes"):
         fit([GOOD, GOOD, bad])
 

@@ -87,8 +87,28 @@ def test_sinkhorn_error_is_small_on_mutag(mutag):
 
 def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
     out = tmp_path / "r.json"
-    code = main(["evaluate", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir),
-                 "--d", "2", "--k", "0", "--protocol", "paper", "--json", str(out), "--quiet", "--n-jobs", "2"])
+    code = main(
+        [
+            "evaluate",
+            "--dataset",
+            "MUTAG",
+            "--root",
+            str(data_root),
+            "--cache-dir",
+            str(cache_dir),
+            "--d",
+            "2",
+            "--k",
+            "0",
+            "--protocol",
+            "paper",
+            "--json",
+            str(out),
+            "--quiet",
+            "--n-jobs",
+            "2",
+        ]
+    )
     assert code == 0
     result = json.loads(out.read_text())
     assert result["accuracy_mean"] >= 88.0 and result["accuracy_unit"] == "percent"
@@ -99,8 +119,23 @@ def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
 
 def test_cli_nested_grid_on_csl(cache_dir, tmp_path):
     out = tmp_path / "csl.json"
-    code = main(["evaluate", "--cache-dir", str(cache_dir), "--d", "1", "4", "--k", "0", "--repeats", "1",
-                 "--json", str(out), "--quiet"])
+    code = main(
+        [
+            "evaluate",
+            "--cache-dir",
+            str(cache_dir),
+            "--d",
+            "1",
+            "4",
+            "--k",
+            "0",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     result = json.loads(out.read_text())
     assert result["dataset"] == "CSL" and result["protocol"] == "nested"
@@ -111,10 +146,44 @@ def test_cli_nested_grid_on_csl(cache_dir, tmp_path):
 
 def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
     out = tmp_path / "w.npy"
-    assert main(["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir),
-                 "--d", "1", "--k", "1", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "distances",
+                "--dataset",
+                "MUTAG",
+                "--root",
+                str(data_root),
+                "--cache-dir",
+                str(cache_dir),
+                "--d",
+                "1",
+                "--k",
+                "1",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     w = np.load(out)
     assert w.shape == (188, 188) and np.array_equal(w, w.T)
-    assert main(["distances", "--dataset", "NOPE", "--root", str(data_root), "--cache-dir", str(cache_dir),
-                 "--out", str(out), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "distances",
+                "--dataset",
+                "NOPE",
+                "--root",
+                str(data_root),
+                "--cache-dir",
+                str(cache_dir),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert "NOPE_A.txt" in capsys.readouterr().err

@@ -8,9 +8,10 @@ import torch
 from sklearn.base import clone
 from torch_geometric.data import Data
 
-from conftest import make_data
 from mwsp_torch import MWSP, TreeIDs, krein_projector, make_csl
 from mwsp_torch.datasets import CSL_SKIPS
+
+from conftest import make_data
 from reference import distance_matrix
 
 TRAIN = [

@@ -5,8 +5,9 @@ import ot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_data
 from mwsp_torch import MWSP
+
+from conftest import make_data
 from reference import distance_matrix
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,7 +36,9 @@ def renumber(graph, perm):
 
 
 @SETTINGS
-@given(st.lists(graphs(), min_size=2, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"]))
+@given(
+    st.lists(graphs(), min_size=2, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"])
+)
 def test_matches_bruteforce_reference(dataset, d, k, paths):
     got = MWSP(d=d, k=k, paths=paths).fit([as_data(g) for g in dataset]).distances_
     expected = distance_matrix(dataset, d, k, paths)
@@ -43,7 +46,9 @@ def test_matches_bruteforce_reference(dataset, d, k, paths):
 
 
 @SETTINGS
-@given(st.lists(graphs(), min_size=1, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"]))
+@given(
+    st.lists(graphs(), min_size=1, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"])
+)
 def test_symmetric_zero_diagonal(dataset, d, k, paths):
     w = MWSP(d=d, k=k, paths=paths).fit([as_data(g) for g in dataset]).distances_
     assert np.array_equal(w, w.T)
@@ -52,8 +57,13 @@ def test_symmetric_zero_diagonal(dataset, d, k, paths):
 
 
 @SETTINGS
-@given(graphs(min_nodes=2), st.randoms(use_true_random=False), st.integers(0, 4), st.integers(0, 3),
-       st.sampled_from(["split", "all"]))
+@given(
+    graphs(min_nodes=2),
+    st.randoms(use_true_random=False),
+    st.integers(0, 4),
+    st.integers(0, 3),
+    st.sampled_from(["split", "all"]),
+)
 def test_renumbering_gives_distance_zero(graph, rnd, d, k, paths):
     perm = list(range(graph[0]))
     rnd.shuffle(perm)
@@ -62,8 +72,9 @@ def test_renumbering_gives_distance_zero(graph, rnd, d, k, paths):
 
 
 @SETTINGS
-@given(st.lists(graphs(), min_size=3, max_size=5), st.randoms(use_true_random=False), st.integers(0, 3),
-       st.integers(0, 2))
+@given(
+    st.lists(graphs(), min_size=3, max_size=5), st.randoms(use_true_random=False), st.integers(0, 3), st.integers(0, 2)
+)
 def test_dataset_reordering_permutes_matrix(dataset, rnd, d, k):
     order = list(range(len(dataset)))
     rnd.shuffle(order)

@@ -3,12 +3,13 @@
 import numpy as np
 import torch
 
-from conftest import make_data
 from mwsp_torch import MWSP
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.paths import node_feature_maps
 from mwsp_torch.trees import tree_ids
+
+from conftest import make_data
 
 A, B, C, D, E, G = range(6)
 LABELS = [4, 1, 3, 2, 3, 1]
