@@ -52,6 +52,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
             and more accurate (default ``0.99``; see ``benchmarks/README.md``).
+        checkpoint (str, optional): directory for finished tiles of the exact
+            solver; a killed ``fit`` started again recomputes only unfinished
+            tiles and ends with the identical matrix (default: none).
         progress (bool): show a tqdm bar over pairs (default ``False``).
 
     Attributes:
@@ -73,6 +76,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         n_jobs: int = 1,
         blur: float = 0.01,
         scaling: float = 0.99,
+        checkpoint: str | None = None,
         progress: bool = False,
     ) -> None:
         self.d = d
@@ -85,6 +89,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.blur = blur
         self.scaling = scaling
+        self.checkpoint = checkpoint
         self.progress = progress
 
     def _validate_params(self) -> None:
@@ -133,13 +138,16 @@ class MWSP(TransformerMixin, BaseEstimator):
             _, first = np.unique(row_ids, return_index=True)
             bank = features[first]
         bank.sort_indices()
-        graph_ptr, support, weights = collapse(row_ids, graph_set.ptr, bank.shape[0])
-        return SupportSet(rows=bank, graph_ptr=graph_ptr, support=support, weights=weights), features
+        graph_ptr, support, counts = collapse(row_ids, graph_set.ptr, bank.shape[0])
+        support_set = SupportSet(rows=bank, graph_ptr=graph_ptr, support=support, counts=counts, sizes=graph_set.sizes)
+        return support_set, features
 
     def _distances(self, left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.ndarray:
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
             if self.solver == "exact":
-                return exact_distances(left, right, pairs, n_jobs=self.n_jobs, progress=bar.update)
+                return exact_distances(
+                    left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update
+                )
             return sinkhorn_distances(
                 left, right, pairs, blur=self.blur, scaling=self.scaling, device=self.device, progress=bar.update
             )
@@ -188,7 +196,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             rows=new.rows,
             graph_ptr=self.support_.graph_ptr,
             support=self.support_.support,
-            weights=self.support_.weights,
+            counts=self.support_.counts,
+            sizes=self.support_.sizes,
         )
         n_new, n_train = new.num_graphs, train.num_graphs
         i, j = np.meshgrid(np.arange(n_new), np.arange(n_train), indexing="ij")

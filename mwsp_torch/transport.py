@@ -9,9 +9,11 @@ Ground costs are Euclidean distances between sparse rows, computed by merging
 the two sorted rows and summing squared differences (no ``|a|^2 + |b|^2 - 2ab``
 cancellation, so near-identical rows keep their small distances accurate).
 
-``solver="exact"`` runs POT's network simplex (``ot.lp.emd_c``, the C++ core of
-``ot.emd2``) in float64 on each collapsed pair, spread over ``n_jobs`` threads
-(the C++ solve releases the GIL). ``solver="sinkhorn"`` runs geomloss's
+``solver="exact"`` runs a compiled transportation simplex
+(:mod:`mwsp_torch._simplex`, exact integer flows, float64 costs) inside a numba
+``prange`` loop over pairs, in tiles that can be checkpointed; mass on rows that
+both graphs carry is cancelled first (exact for W1 with a metric cost). POT's
+network simplex (:func:`pot_distances`) is the reference it is tested against. ``solver="sinkhorn"`` runs geomloss's
 debiased Sinkhorn divergence with ``p=1`` on batches of padded pairs on any
 torch device; padding points sit at the origin with zero weight, so they
 carry no mass. It is an approximation of W whose measured error is reported
@@ -20,16 +22,18 @@ in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
+from numba import njit, prange
 
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch._simplex import transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
 
@@ -42,21 +46,28 @@ class SupportSet:
         rows: ``[num_rows, num_features]`` CSR matrix of distinct rows.
         graph_ptr: ``[num_graphs + 1]`` offsets into ``support`` / ``weights``.
         support: row IDs of each graph's support points, sorted per graph.
-        weights: their masses (each graph sums to 1).
+        counts: how many nodes share each support point (int64).
+        sizes: ``[num_graphs]`` node counts; a point's mass is ``count / size``.
     """
 
     rows: sp.csr_matrix
     graph_ptr: np.ndarray
     support: np.ndarray
-    weights: np.ndarray
+    counts: np.ndarray
+    sizes: np.ndarray
 
     @property
     def num_graphs(self) -> int:
         return len(self.graph_ptr) - 1
 
+    @property
+    def weights(self) -> np.ndarray:
+        return self.counts / np.repeat(self.sizes, np.diff(self.graph_ptr))
+
     def graph(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """Support row IDs and masses of graph ``g``."""
         lo, hi = self.graph_ptr[g], self.graph_ptr[g + 1]
-        return self.support[lo:hi], self.weights[lo:hi]
+        return self.support[lo:hi], self.counts[lo:hi] / self.sizes[g]
 
 
 @njit(cache=True)
@@ -110,21 +121,19 @@ class RowVocabulary:
 
 
 def collapse(row_ids: np.ndarray, ptr: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per graph: distinct row IDs (sorted) and their masses.
+    """Per graph: distinct row IDs (sorted) and how many nodes carry each.
 
     Returns:
-        ``(graph_ptr, support, weights)`` as in :class:`SupportSet`.
+        ``(graph_ptr, support, counts)`` as in :class:`SupportSet`.
     """
     graph_of_node = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
     keys = graph_of_node * np.int64(num_rows) + row_ids
     uniq, counts = np.unique(keys, return_counts=True)
     graph = uniq // num_rows
     support = uniq % num_rows
-    sizes = np.diff(ptr)
-    weights = counts / sizes[graph]
     graph_ptr = np.zeros(len(ptr), dtype=np.int64)
     np.cumsum(np.bincount(graph, minlength=len(ptr) - 1), out=graph_ptr[1:])
-    return graph_ptr, support, weights
+    return graph_ptr, support, counts.astype(np.int64)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -171,13 +180,93 @@ def upper_pairs(n: int) -> np.ndarray:
     return np.stack([i, j], axis=1)
 
 
-def _emd_value(a, b, cost, max_iter):
-    from ot.lp.emd_wrap import emd_c
+@njit(cache=True, nogil=True)
+def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
+    """Exact W between two collapsed graphs sharing one row bank.
 
-    _, value, _, _, status = emd_c(a, b, cost, max_iter, 1)
-    if status != 1:
-        raise RuntimeError(f"network simplex did not reach an optimum (status {status}); raise max_iter")
-    return value
+    W1 with a metric ground cost depends only on ``a - b`` (Kantorovich-Rubinstein),
+    so mass on rows both graphs carry cancels exactly; what is left is a smaller
+    transportation problem between disjoint point sets, in integer masses
+    (``count * other graph's size``).
+    """
+    pos_ids = np.empty(sa.shape[0], dtype=np.int64)
+    pos_mass = np.empty(sa.shape[0], dtype=np.int64)
+    neg_ids = np.empty(sb.shape[0], dtype=np.int64)
+    neg_mass = np.empty(sb.shape[0], dtype=np.int64)
+    n_pos = 0
+    n_neg = 0
+    i = 0
+    j = 0
+    while i < sa.shape[0] or j < sb.shape[0]:
+        if j == sb.shape[0] or (i < sa.shape[0] and sa[i] < sb[j]):
+            net = ca[i] * nb
+            row = sa[i]
+            i += 1
+        elif i == sa.shape[0] or sb[j] < sa[i]:
+            net = -cb[j] * na
+            row = sb[j]
+            j += 1
+        else:
+            net = ca[i] * nb - cb[j] * na
+            row = sa[i]
+            i += 1
+            j += 1
+        if net > 0:
+            pos_ids[n_pos] = row
+            pos_mass[n_pos] = net
+            n_pos += 1
+        elif net < 0:
+            neg_ids[n_neg] = row
+            neg_mass[n_neg] = -net
+            n_neg += 1
+    if n_pos == 0:
+        return 0.0
+    cost = np.empty((n_pos, n_neg), dtype=np.float64)
+    for p in range(n_pos):
+        for q in range(n_neg):
+            if table.shape[0] > 0:
+                cost[p, q] = table[pos_ids[p], neg_ids[q]]
+            else:
+                cost[p, q] = _row_distance(indptr, indices, data, pos_ids[p], neg_ids[q])
+    if n_pos == 1 or n_neg == 1:
+        total = 0.0  # a single source or sink: the plan is forced
+        for p in range(n_pos):
+            for q in range(n_neg):
+                total += (pos_mass[p] if n_neg == 1 else neg_mass[q]) * cost[p, q]
+        return total / (na * nb)
+    return transport_cost(pos_mass[:n_pos], neg_mass[:n_neg], cost) / (na * nb)
+
+
+@njit(cache=True, parallel=True)
+def _pairs_kernel(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, out):
+    for t in prange(pairs.shape[0]):
+        g = pairs[t, 0]
+        h = pairs[t, 1]
+        out[t] = _pair_distance(
+            l_sup[l_ptr[g] : l_ptr[g + 1]],
+            l_cnt[l_ptr[g] : l_ptr[g + 1]],
+            l_size[g],
+            r_sup[r_ptr[h] : r_ptr[h + 1]],
+            r_cnt[r_ptr[h] : r_ptr[h + 1]],
+            r_size[h],
+            indptr,
+            indices,
+            data,
+            table,
+        )
+
+
+@njit(cache=True, parallel=True)
+def _row_distance_table(indptr, indices, data):
+    num_rows = indptr.shape[0] - 1
+    out = np.zeros((num_rows, num_rows), dtype=np.float64)
+    for a in prange(num_rows):
+        for b in range(a + 1, num_rows):
+            out[a, b] = _row_distance(indptr, indices, data, a, b)
+    for a in prange(num_rows):
+        for b in range(a):
+            out[a, b] = out[b, a]
+    return out
 
 
 def exact_distances(
@@ -185,50 +274,134 @@ def exact_distances(
     right: SupportSet,
     pairs: np.ndarray,
     n_jobs: int = 1,
-    max_iter: int = 1_000_000,
+    tile_size: int = 1 << 16,
+    table_bytes: int = 1 << 29,
+    checkpoint: str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
-    Both sets must index rows of one bank (``left.rows is right.rows``), so
-    equal rows have equal IDs.
+    Compiled end to end (:mod:`mwsp_torch._simplex`), pairs spread over ``n_jobs``
+    numba threads, in tiles of ``tile_size`` pairs.
 
     Args:
         left (SupportSet): graphs of the first index.
-        right (SupportSet): graphs of the second index.
+        right (SupportSet): graphs of the second index, sharing ``left``'s row bank.
         pairs (np.ndarray): ``[m, 2]`` pairs of graph indices.
         n_jobs (int): threads (default ``1``; ``-1`` for all cores).
-        max_iter (int): network simplex iteration cap (default ``1e6``).
+        tile_size (int): pairs per tile, the unit of progress and checkpoints (default ``65536``).
+        table_bytes (int): precompute all row-to-row distances when that table
+            fits in this many bytes (default 512 MiB), else compute them per pair.
+        checkpoint (path, optional): directory keeping finished tiles; a run
+            started again with the same inputs reloads them and computes only the rest.
         progress (callable, optional): called with the number of pairs done.
 
     Returns:
         ``[m]`` float64 distances.
     """
+    import numba
+
     bank = _shared_bank(left, right)
     indptr = bank.indptr.astype(np.int64)
     indices = bank.indices.astype(np.int64)
     data = bank.data.astype(np.float64)
+    pairs = np.ascontiguousarray(pairs, dtype=np.int64)
+    num_rows = bank.shape[0]
+    store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
+    previous = numba.get_num_threads()
+    numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
+    try:
+        table = np.empty((0, 0), dtype=np.float64)
+        for index, lo in enumerate(range(0, len(pairs), tile_size)):
+            hi = min(lo + tile_size, len(pairs))
+            if store is not None and store.load(index, out[lo:hi]):
+                if progress is not None:
+                    progress(hi - lo)
+                continue
+            if table.shape[0] == 0 and 0 < num_rows * num_rows * 8 <= table_bytes:
+                table = _row_distance_table(indptr, indices, data)
+            _pairs_kernel(
+                pairs[lo:hi],
+                left.graph_ptr,
+                left.support,
+                left.counts,
+                left.sizes,
+                right.graph_ptr,
+                right.support,
+                right.counts,
+                right.sizes,
+                indptr,
+                indices,
+                data,
+                table,
+                out[lo:hi],
+            )
+            if store is not None:
+                store.save(index, out[lo:hi])
+            if progress is not None:
+                progress(hi - lo)
+    finally:
+        numba.set_num_threads(previous)
+    return out
 
-    def work(lo: int, hi: int) -> None:
-        for p in range(lo, hi):
-            i, j = pairs[p]
-            sa, wa = left.graph(i)
-            sb, wb = right.graph(j)
-            cost = cost_matrix(indptr, indices, data, sa, sb)
-            out[p] = _emd_value(wa, wb, cost, max_iter)
-        if progress is not None:
-            progress(hi - lo)
 
-    chunk = 2048
-    bounds = [(lo, min(lo + chunk, len(pairs))) for lo in range(0, len(pairs), chunk)]
-    workers = resolve_n_jobs(n_jobs)
-    if workers == 1:
-        for lo, hi in bounds:
-            work(lo, hi)
-    else:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda bound: work(*bound), bounds))
+class _TileStore:
+    """Finished tiles on disk, keyed by a fingerprint of everything that determines them."""
+
+    def __init__(self, directory, left: SupportSet, right: SupportSet, pairs: np.ndarray, tile_size: int) -> None:
+        digest = hashlib.sha1()
+        for array in (
+            pairs,
+            left.graph_ptr,
+            left.support,
+            left.counts,
+            left.sizes,
+            right.graph_ptr,
+            right.support,
+            right.counts,
+            right.sizes,
+            left.rows.indptr,
+            left.rows.indices,
+            left.rows.data,
+        ):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(str(tile_size).encode())
+        self.directory = Path(directory) / digest.hexdigest()[:20]
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, index: int) -> Path:
+        return self.directory / f"tile-{index:07d}.npy"
+
+    def load(self, index: int, out: np.ndarray) -> bool:
+        path = self._path(index)
+        if not path.is_file():
+            return False
+        values = np.load(path)
+        if values.shape != out.shape:
+            return False
+        out[:] = values
+        return True
+
+    def save(self, index: int, values: np.ndarray) -> None:
+        tmp = self.directory / f".tile-{index:07d}.{os.getpid()}.npy"
+        np.save(tmp, values)
+        os.replace(tmp, self._path(index))  # atomic: a killed run leaves no half tile
+
+
+def pot_distances(left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.ndarray:
+    """Reference path: POT's network simplex (``ot.lp.emd_c``) per collapsed pair, no cancellation."""
+    from ot.lp.emd_wrap import emd_c
+
+    bank = _shared_bank(left, right)
+    indptr, indices, data = bank.indptr.astype(np.int64), bank.indices.astype(np.int64), bank.data.astype(np.float64)
+    out = np.empty(len(pairs), dtype=np.float64)
+    for p, (i, j) in enumerate(pairs):
+        sa, wa = left.graph(i)
+        sb, wb = right.graph(j)
+        _, out[p], _, _, status = emd_c(wa, wb, cost_matrix(indptr, indices, data, sa, sb), 1_000_000, 1)
+        if status != 1:
+            raise RuntimeError(f"POT's network simplex stopped with status {status} on pair ({i}, {j})")
     return out
 
 

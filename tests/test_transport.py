@@ -1,0 +1,101 @@
+"""The compiled exact solver against POT, the cancellation of shared rows, and resumable tiles."""
+
+import numpy as np
+import ot
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mwsp_torch import MWSP, make_csl
+from mwsp_torch._simplex import transport_cost
+from mwsp_torch.transport import exact_distances, pot_distances, upper_pairs
+
+
+def _check(counts_a, counts_b, cost):
+    na, nb = counts_a.sum(), counts_b.sum()
+    got = transport_cost(counts_a * nb, counts_b * na, np.ascontiguousarray(cost)) / (na * nb)
+    expected = ot.emd2(counts_a / na, counts_b / nb, cost)
+    assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 30), st.integers(0, 2**32 - 1), st.sampled_from(["random", "ties", "points"]))
+def test_simplex_equals_pot(m, n, seed, kind):
+    rng = np.random.default_rng(seed)
+    counts_a = rng.integers(1, 4, size=m).astype(np.int64)
+    counts_b = rng.integers(1, 4, size=n).astype(np.int64)
+    if kind == "random":
+        cost = rng.random((m, n))
+    elif kind == "ties":  # massive degeneracy: few distinct costs
+        cost = rng.integers(0, 3, size=(m, n)).astype(np.float64)
+    else:  # Euclidean between integer points: ties and zeros, like MWSP rows
+        cost = ot.dist(rng.integers(0, 3, (m, 3)).astype(float), rng.integers(0, 3, (n, 3)).astype(float), "euclidean")
+    _check(counts_a, counts_b, cost)
+
+
+@pytest.mark.parametrize("size", [60, 150])
+def test_simplex_equals_pot_on_larger_problems(size):
+    rng = np.random.default_rng(size)
+    x = rng.integers(0, 3, (size, 6)).astype(float) + 0.01 * rng.random((size, 6))
+    y = rng.integers(0, 3, (size + 7, 6)).astype(float)
+    _check(
+        rng.integers(1, 5, size).astype(np.int64),
+        rng.integers(1, 5, size + 7).astype(np.int64),
+        ot.dist(x, y, "euclidean"),
+    )
+
+
+def test_simplex_on_identical_uniform_problem_is_zero():
+    cost = ot.dist(np.eye(5), np.eye(5), "euclidean")
+    assert transport_cost(np.full(5, 5, np.int64), np.full(5, 5, np.int64), cost) == 0.0
+
+
+def test_compiled_engine_equals_pot_on_collapsed_pairs():
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=13, seed=3)
+    model = MWSP(d=2, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    reference = pot_distances(model.support_, model.support_, pairs)
+    got = model.distances_[pairs[:, 0], pairs[:, 1]]
+    np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
+
+
+def test_without_distance_table_gives_the_same(monkeypatch):
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    model = MWSP(d=2, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    on_the_fly = exact_distances(model.support_, model.support_, pairs, table_bytes=0)
+    np.testing.assert_array_equal(on_the_fly, model.distances_[pairs[:, 0], pairs[:, 1]])
+
+
+def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
+    graphs, _ = make_csl(graphs_per_class=3, num_nodes=15)
+    support = MWSP(d=3, k=1).fit(graphs).support_
+    pairs = upper_pairs(len(graphs))
+    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    tiles = sorted(tmp_path.rglob("tile-*.npy"))
+    assert len(tiles) == -(-len(pairs) // 50)
+    # A killed run: some tiles never written, one corrupted mid-way is impossible (atomic rename).
+    for tile in tiles[1::2]:
+        tile.unlink()
+    import mwsp_torch.transport as transport
+
+    calls = []
+    kernel = transport._pairs_kernel
+
+    def counting(*args):
+        calls.append(len(args[0]))
+        return kernel(*args)
+
+    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    resumed = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    assert np.array_equal(resumed, full)
+    assert len(calls) == len(tiles[1::2])
+
+
+def test_checkpoint_is_keyed_by_inputs(tmp_path):
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    a = MWSP(d=1, k=0, checkpoint=str(tmp_path)).fit(graphs).distances_
+    b = MWSP(d=3, k=1, checkpoint=str(tmp_path)).fit(graphs).distances_
+    assert not np.array_equal(a, b)
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+    np.testing.assert_array_equal(MWSP(d=3, k=1, checkpoint=str(tmp_path)).fit(graphs).distances_, b)
