@@ -47,6 +47,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     )
     parser.add_argument("--device", default="cpu", help="torch device for the Sinkhorn solver")
     parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
+    parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -103,6 +104,7 @@ def _distances(args, graphs, d: int, k: int, labels: str, cache_root: Path) -> t
         device=args.device,
         n_jobs=args.n_jobs,
         blur=args.blur,
+        checkpoint=args.checkpoint,
         progress=not args.quiet,
     ).fit(graphs)
     path.parent.mkdir(parents=True, exist_ok=True)

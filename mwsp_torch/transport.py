@@ -428,6 +428,7 @@ def sinkhorn_distances(
     scaling: float = 0.99,
     device: str = "cpu",
     batch_size: int = 256,
+    max_bytes: int = 1 << 29,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Debiased Sinkhorn approximation of W (geomloss, ``p=1``), batched on ``device``.
@@ -437,7 +438,8 @@ def sinkhorn_distances(
         blur (float): geomloss ``blur``, the entropic length scale (default ``0.01``).
         scaling (float): epsilon-scaling ratio (default ``0.99``).
         device (str): torch device (default ``"cpu"``).
-        batch_size (int): pairs per batch (default ``256``).
+        batch_size (int): pairs per batch (default ``256``); a batch whose padded
+            dense points would exceed ``max_bytes`` (default 512 MiB) is split.
         progress (callable, optional): called with the number of pairs done.
 
     Returns:
@@ -449,14 +451,22 @@ def sinkhorn_distances(
     loss = SamplesLoss("sinkhorn", p=1, blur=blur, scaling=scaling, debias=True, backend="tensorized")
     bank = _shared_bank(left, right)
     out = np.empty(len(pairs), dtype=np.float64)
-    for lo in range(0, len(pairs), batch_size):
-        chunk = pairs[lo : lo + batch_size]
+    pending = [(lo, min(lo + batch_size, len(pairs))) for lo in range(0, len(pairs), batch_size)]
+    while pending:
+        lo, hi = pending.pop(0)
+        chunk = pairs[lo:hi]
         sup_a = [left.graph(i) for i in chunk[:, 0]]
         sup_b = [right.graph(j) for j in chunk[:, 1]]
         used = np.unique(np.concatenate([s for s, _ in sup_a] + [s for s, _ in sup_b]))
-        dense = bank[used].toarray()
         # Keep only the columns these rows use: Euclidean distances are unchanged.
-        dense = dense[:, np.flatnonzero(np.any(dense != 0, axis=0))]
+        sub = bank[used]
+        columns = np.unique(sub.indices)
+        width = max(len(s) for s, _ in sup_a) + max(len(s) for s, _ in sup_b)
+        if hi - lo > 1 and (hi - lo) * width * len(columns) * 8 > max_bytes:
+            mid = (lo + hi) // 2  # too large for one padded batch: halve it
+            pending[:0] = [(lo, mid), (mid, hi)]
+            continue
+        dense = sub[:, columns].toarray()
         local = np.full(bank.shape[0], -1, dtype=np.int64)
         local[used] = np.arange(len(used))
         x, a = _padded(sup_a, local, dense)
@@ -468,9 +478,9 @@ def sinkhorn_distances(
                 torch.from_numpy(b).to(device),
                 torch.from_numpy(y).to(device),
             )
-        out[lo : lo + len(chunk)] = value.double().cpu().numpy()
+        out[lo:hi] = value.double().cpu().numpy()
         if progress is not None:
-            progress(len(chunk))
+            progress(hi - lo)
     return out
 
 
