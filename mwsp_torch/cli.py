@@ -15,7 +15,6 @@ so a re-run or a larger grid only computes the settings it has not seen.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -24,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mwsp_torch.datasets import default_labels, load_dataset, resolve_cache_dir
-from mwsp_torch.estimator import MWSP
+from mwsp_torch.cache import cached_distances
+from mwsp_torch.datasets import default_labels, load_dataset
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
 
 
@@ -72,58 +71,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _distances(args, graphs, d: int, k: int, labels: str, cache_root: Path) -> tuple[np.ndarray, dict]:
-    """Distances for one setting, from the cache when this exact setting was computed before."""
-    key = json.dumps(
-        {
-            "dataset": args.dataset,
-            "n": len(graphs),
-            "d": d,
-            "k": k,
-            "paths": args.paths,
-            "labels": labels,
-            "solver": args.solver,
-            "blur": args.blur if args.solver == "sinkhorn" else None,
-        },
-        sort_keys=True,
-    )
-    path = cache_root / "distances" / f"{args.dataset}-d{d}-k{k}-{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
-    if path.is_file():
-        stored = np.load(path)
-        return stored["distances"], {
-            "features": float(stored["features"]),
-            "transport": float(stored["transport"]),
-            "cached": True,
-        }
-    model = MWSP(
-        d=d,
-        k=k,
+def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, dict]:
+    return cached_distances(
+        graphs,
+        args.dataset,
+        d,
+        k,
         paths=args.paths,
-        solver=args.solver,
         labels=labels,
-        device=args.device,
-        n_jobs=args.n_jobs,
+        solver=args.solver,
         blur=args.blur,
+        n_jobs=args.n_jobs,
+        device=args.device,
         checkpoint=args.checkpoint,
+        cache_dir=args.cache_dir,
         progress=not args.quiet,
-    ).fit(graphs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-    np.savez(
-        tmp, distances=model.distances_, features=model.timings_["features"], transport=model.timings_["transport"]
     )
-    tmp.rename(path)
-    return model.distances_, {**model.timings_, "cached": False}
 
 
 def _evaluate(args) -> dict:
     graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
     labels = args.labels or default_labels(args.dataset)
-    cache_root = resolve_cache_dir(args.cache_dir)
     settings = [(d, k) for d in args.d for k in args.k]
     distances, timings = {}, {}
     for d, k in settings:
-        distances[(d, k)], timings[f"d={d},k={k}"] = _distances(args, graphs, d, k, labels, cache_root)
+        distances[(d, k)], timings[f"d={d},k={k}"] = _distances(args, graphs, d, k, labels)
     start = time.perf_counter()
     progress = not args.quiet
     if args.protocol == "paper":
@@ -179,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "distances":
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
             labels = args.labels or default_labels(args.dataset)
-            w, timings = _distances(args, graphs, args.d, args.k, labels, resolve_cache_dir(args.cache_dir))
+            w, timings = _distances(args, graphs, args.d, args.k, labels)
             np.save(args.out, w)
             print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
             return 0
