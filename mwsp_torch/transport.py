@@ -275,7 +275,7 @@ def exact_distances(
     pairs: np.ndarray,
     n_jobs: int = 1,
     tile_size: int = 1 << 16,
-    table_bytes: int = 1 << 29,
+    table_bytes: int = 1 << 27,
     checkpoint: str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
@@ -291,7 +291,8 @@ def exact_distances(
         n_jobs (int): threads (default ``1``; ``-1`` for all cores).
         tile_size (int): pairs per tile, the unit of progress and checkpoints (default ``65536``).
         table_bytes (int): precompute all row-to-row distances when that table
-            fits in this many bytes (default 512 MiB), else compute them per pair.
+            fits in this many bytes (default 128 MiB; a larger table makes every
+            lookup a cache miss, slower than recomputing), else compute them per pair.
         checkpoint (path, optional): directory keeping finished tiles; a run
             started again with the same inputs reloads them and computes only the rest.
         progress (callable, optional): called with the number of pairs done.
