@@ -51,7 +51,8 @@ def sp_kernel(graphs, labels) -> np.ndarray:
         lab = graph_set.labels[lo:hi]
         iu, ju = np.triu_indices(hi - lo, 1)
         finite = np.isfinite(dist[iu, ju])
-        triples = zip(np.minimum(lab[iu], lab[ju])[finite], np.maximum(lab[iu], lab[ju])[finite], dist[iu, ju][finite], strict=True)
+        low, high = np.minimum(lab[iu], lab[ju])[finite], np.maximum(lab[iu], lab[ju])[finite]
+        triples = zip(low, high, dist[iu, ju][finite], strict=True)
         counts = {}
         for triple in triples:
             column = vocab.setdefault(triple, len(vocab))
