@@ -13,10 +13,11 @@ cancellation, so near-identical rows keep their small distances accurate).
 (:mod:`mwsp_torch._simplex`, exact integer flows, float64 costs) inside a numba
 ``prange`` loop over pairs, in tiles that can be checkpointed; mass on rows that
 both graphs carry is cancelled first (exact for W1 with a metric cost). POT's
-network simplex (:func:`pot_distances`) is the reference it is tested against. ``solver="sinkhorn"`` runs geomloss's
-debiased Sinkhorn divergence with ``p=1`` on batches of padded pairs on any
-torch device; padding points sit at the origin with zero weight, so they
-carry no mass. It is an approximation of W whose measured error is reported
+network simplex (:func:`pot_distances`) is the reference it is tested against.
+
+``solver="sinkhorn"`` runs geomloss's debiased Sinkhorn divergence with ``p=1`` on
+batches of padded pairs on any torch device; padding points sit at the origin with
+zero weight, so they carry no mass. It is an approximation of W whose measured error is reported
 in ``benchmarks/README.md``.
 """
 
@@ -44,7 +45,7 @@ class SupportSet:
 
     Attributes:
         rows: ``[num_rows, num_features]`` CSR matrix of distinct rows.
-        graph_ptr: ``[num_graphs + 1]`` offsets into ``support`` / ``weights``.
+        graph_ptr: ``[num_graphs + 1]`` offsets into ``support`` / ``counts``.
         support: row IDs of each graph's support points, sorted per graph.
         counts: how many nodes share each support point (int64).
         sizes: ``[num_graphs]`` node counts; a point's mass is ``count / size``.
@@ -59,10 +60,6 @@ class SupportSet:
     @property
     def num_graphs(self) -> int:
         return len(self.graph_ptr) - 1
-
-    @property
-    def weights(self) -> np.ndarray:
-        return self.counts / np.repeat(self.sizes, np.diff(self.graph_ptr))
 
     def graph(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """Support row IDs and masses of graph ``g``."""
