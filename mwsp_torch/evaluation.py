@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from joblib import Parallel, delayed
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 from tqdm.auto import tqdm
@@ -91,6 +92,19 @@ def _select(kernels: _Kernels, keys, lams, Cs, y: np.ndarray, train: np.ndarray,
     return best
 
 
+def _score_fold(kernels, keys, lams, Cs, y, train, test, inner):
+    key, lam, C = _select(kernels, keys, lams, Cs, y, train, inner)
+    k_train, k_test = kernels.fold(key, lam, train, test)
+    return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C), (key, lam, C)
+
+
+def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool, desc: str) -> list:
+    """``(accuracy, (key, lam, C))`` for each ``(train, test, inner)`` fold, in order, over ``n_jobs`` processes."""
+    tasks = (delayed(_score_fold)(kernels, keys, lams, Cs, y, train, test, inner) for train, test, inner in folds)
+    runner = Parallel(n_jobs=n_jobs, return_as="generator")
+    return list(tqdm(runner(tasks), total=len(folds), desc=desc, disable=not progress))
+
+
 def paper_protocol(
     distances: np.ndarray,
     y: np.ndarray,
@@ -99,6 +113,7 @@ def paper_protocol(
     seed: int = 42,
     svm: str = "svc",
     krein: str = "flip",
+    n_jobs: int = 1,
     progress: bool = False,
 ) -> dict:
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
@@ -110,6 +125,7 @@ def paper_protocol(
         seed (int): the global numpy seed the script sets (default ``42``).
         svm (str): ``"svc"`` or ``"krein"`` (default ``"svc"``).
         krein (str): ``"flip"`` or ``"clip"`` when ``svm="krein"`` (default ``"flip"``).
+        n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
         progress (bool): tqdm over folds (default ``False``).
 
     Returns:
@@ -122,12 +138,10 @@ def paper_protocol(
     np.random.seed(seed)
     outer = StratifiedKFold(n_splits=10, shuffle=True)
     inner = StratifiedKFold(n_splits=5, shuffle=False)
-    accuracies, selected = [], []
-    for train, test in tqdm(list(outer.split(np.zeros(len(y)), y)), desc="folds", disable=not progress):
-        _, lam, C = _select(kernels, [None], lams, Cs, y, train, inner)
-        k_train, k_test = kernels.fold(None, lam, train, test)
-        accuracies.append(100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C))
-        selected.append({"lam": lam, "C": C})
+    folds = [(train, test, inner) for train, test in outer.split(np.zeros(len(y)), y)]
+    scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "folds")
+    accuracies = [acc for acc, _ in scored]
+    selected = [{"lam": lam, "C": C} for _, (_, lam, C) in scored]
     return {
         "protocol": "paper",
         "accuracy_unit": "percent",
@@ -152,6 +166,7 @@ def nested_protocol(
     n_inner: int = 5,
     svm: str = "svc",
     krein: str = "flip",
+    n_jobs: int = 1,
     progress: bool = False,
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
@@ -163,6 +178,7 @@ def nested_protocol(
         seeds: one repetition per seed (default ``0..9``).
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         svm, krein (str): as in :func:`paper_protocol`.
+        n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
         progress (bool): tqdm over outer folds (default ``False``).
 
     Returns:
@@ -173,21 +189,20 @@ def nested_protocol(
     y = np.asarray(y)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)
-    repetitions, folds, selected = [], [], []
-    bar = tqdm(total=len(seeds) * n_outer, desc="outer folds", disable=not progress)
+    jobs, fold_seeds = [], []
     for seed in seeds:
         outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
         inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
-        rep = []
         for train, test in outer.split(np.zeros(len(y)), y):
-            key, lam, C = _select(kernels, keys, lams, Cs, y, train, inner)
-            k_train, k_test = kernels.fold(key, lam, train, test)
-            rep.append(100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C))
-            selected.append({"seed": seed, "d": key[0], "k": key[1], "lam": lam, "C": C})
-            bar.update()
-        folds.extend(rep)
-        repetitions.append(float(np.mean(rep)))
-    bar.close()
+            jobs.append((train, test, inner))
+            fold_seeds.append(seed)
+    scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "outer folds")
+    folds = [acc for acc, _ in scored]
+    selected = [
+        {"seed": seed, "d": key[0], "k": key[1], "lam": lam, "C": C}
+        for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
+    ]
+    repetitions = [float(np.mean(folds[r * n_outer : (r + 1) * n_outer])) for r in range(len(seeds))]
     return {
         "protocol": "nested",
         "accuracy_unit": "percent",

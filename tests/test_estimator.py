@@ -132,3 +132,15 @@ def test_tree_ids_transform_writes_consistent_ids():
     # The ends and the middle differ at every scale; ends share scale 0 with each other.
     assert a.tree_ids[0, 0] == a.tree_ids[3, 0] and a.tree_ids[0, 0] != a.tree_ids[1, 0]
     assert "TreeIDs(k=2" in repr(transform)
+
+
+def test_protocols_do_not_depend_on_n_jobs():
+    from mwsp_torch import nested_protocol, paper_protocol
+
+    graphs, y = make_csl(graphs_per_class=4, num_nodes=13, seed=1)
+    w = {(2, 0): MWSP(d=2, k=0).fit(graphs).distances_, (4, 1): MWSP(d=4, k=1).fit(graphs).distances_}
+    one = nested_protocol(w, y, lams=(0.1, 1.0), Cs=(1.0, 100.0), seeds=(0, 1), n_outer=4, n_inner=2)
+    two = nested_protocol(w, y, lams=(0.1, 1.0), Cs=(1.0, 100.0), seeds=(0, 1), n_outer=4, n_inner=2, n_jobs=2)
+    assert one["fold_accuracies"] == two["fold_accuracies"] and one["selected"] == two["selected"]
+    assert len(one["fold_accuracies"]) == 8 and len(one["repetition_accuracies"]) == 2
+    assert paper_protocol(w[(4, 1)], y, n_jobs=2)["fold_accuracies"] == paper_protocol(w[(4, 1)], y)["fold_accuracies"]
