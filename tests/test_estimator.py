@@ -143,4 +143,10 @@ def test_protocols_do_not_depend_on_n_jobs():
     two = nested_protocol(w, y, lams=(0.1, 1.0), Cs=(1.0, 100.0), seeds=(0, 1), n_outer=4, n_inner=2, n_jobs=2)
     assert one["fold_accuracies"] == two["fold_accuracies"] and one["selected"] == two["selected"]
     assert len(one["fold_accuracies"]) == 8 and len(one["repetition_accuracies"]) == 2
-    assert paper_protocol(w[(4, 1)], y, n_jobs=2)["fold_accuracies"] == paper_protocol(w[(4, 1)], y)["fold_accuracies"]
+    many, labels = make_csl(graphs_per_class=10, num_nodes=13, seed=2)
+    w_paper = MWSP(d=3, k=0).fit(many).distances_
+    paper_two = paper_protocol(w_paper, labels, lams=(0.1, 1.0), Cs=(1.0, 100.0), n_jobs=2)
+    assert (
+        paper_two["fold_accuracies"]
+        == paper_protocol(w_paper, labels, lams=(0.1, 1.0), Cs=(1.0, 100.0))["fold_accuracies"]
+    )
