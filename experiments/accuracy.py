@@ -130,8 +130,9 @@ def main() -> None:
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="recompute finished datasets")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from finished datasets")
     args = parser.parse_args()
-    for name in args.datasets:
+    for name in [] if args.tables_only else args.datasets:
         run_dataset(name, args)
     finished = [load_raw(f"accuracy-{name}") for name in TU_DATASETS]
     write_tables([raw for raw in finished if raw is not None])
