@@ -43,6 +43,12 @@ def _lex_less(a_units, a_eps, b_units, b_eps):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _take(pool, offset, size):
+    """The next ``size`` entries of ``pool`` and the offset after them."""
+    return pool[offset : offset + size], offset + size
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _unlink(head, nxt, node, slot):
     """Remove half-edge ``slot`` from ``node``'s adjacency list."""
     cur = head[node]
@@ -71,38 +77,22 @@ def transport_cost(supply, demand, cost):
     num_basic = m + n - 1
     num_nodes = m + n
     # One integer pool, carved into the working arrays (fewer allocations per solve).
-    pool = np.empty(2 * m + 2 * n + 4 * num_basic + 4 * num_basic + 5 * num_nodes, dtype=np.int64)
-    o = 0
-    rs_u = pool[o : o + m]
-    o += m  # noqa: E702
-    rs_e = pool[o : o + m]
-    o += m  # noqa: E702
-    rd_u = pool[o : o + n]
-    o += n  # noqa: E702
-    rd_e = pool[o : o + n]
-    o += n  # noqa: E702
-    b_p = pool[o : o + num_basic]
-    o += num_basic  # noqa: E702
-    b_q = pool[o : o + num_basic]
-    o += num_basic  # noqa: E702
-    f_u = pool[o : o + num_basic]
-    o += num_basic  # noqa: E702
-    f_e = pool[o : o + num_basic]
-    o += num_basic  # noqa: E702
-    nxt = pool[o : o + 2 * num_basic]
-    o += 2 * num_basic  # noqa: E702
-    cyc_arc = pool[o : o + 2 * num_basic]
-    o += 2 * num_basic  # noqa: E702
-    head = pool[o : o + num_nodes]
-    o += num_nodes  # noqa: E702
-    parent = pool[o : o + num_nodes]
-    o += num_nodes  # noqa: E702
-    parent_arc = pool[o : o + num_nodes]
-    o += num_nodes  # noqa: E702
-    depth = pool[o : o + num_nodes]
-    o += num_nodes  # noqa: E702
-    queue = pool[o : o + num_nodes]
-    o += num_nodes  # noqa: E702
+    pool = np.empty(2 * m + 2 * n + 8 * num_basic + 5 * num_nodes, dtype=np.int64)
+    rs_u, o = _take(pool, 0, m)
+    rs_e, o = _take(pool, o, m)
+    rd_u, o = _take(pool, o, n)
+    rd_e, o = _take(pool, o, n)
+    b_p, o = _take(pool, o, num_basic)
+    b_q, o = _take(pool, o, num_basic)
+    f_u, o = _take(pool, o, num_basic)
+    f_e, o = _take(pool, o, num_basic)
+    nxt, o = _take(pool, o, 2 * num_basic)
+    cyc_arc, o = _take(pool, o, 2 * num_basic)
+    head, o = _take(pool, o, num_nodes)
+    parent, o = _take(pool, o, num_nodes)
+    parent_arc, o = _take(pool, o, num_nodes)
+    depth, o = _take(pool, o, num_nodes)
+    queue, o = _take(pool, o, num_nodes)
     pot = np.empty(num_nodes, dtype=np.float64)  # u_p at p, v_q at m + q
     # Residual masses as (units, eps) pairs: Orden's perturbation.
     rs_u[:] = supply

@@ -57,6 +57,10 @@ class _Kernels:
         self.svm, self.krein = svm, krein
         self.distances = distances
 
+    def train(self, key, lam: float, train: np.ndarray) -> np.ndarray:
+        """The training kernel alone (Krein-treated when asked), for the inner selection."""
+        return self.fold(key, lam, train, train[:0])[0]
+
     def fold(self, key, lam: float, train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = self.distances[key]
         k_train = laplacian_kernel(w[np.ix_(train, train)], lam)
@@ -78,7 +82,7 @@ def _select(kernels: _Kernels, keys, lams, Cs, y: np.ndarray, train: np.ndarray,
     best, best_score = None, -1.0
     for key in keys:
         for lam in lams:
-            k_train, _ = kernels.fold(key, lam, train, train)
+            k_train = kernels.train(key, lam, train)
             scores = np.zeros(len(Cs))
             for inner_train, inner_test in splits:
                 kt = k_train[np.ix_(inner_train, inner_train)]

@@ -61,6 +61,10 @@ class SupportSet:
     def num_graphs(self) -> int:
         return len(self.graph_ptr) - 1
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(graph_ptr, support, counts, sizes)``, the order the compiled kernels take."""
+        return self.graph_ptr, self.support, self.counts, self.sizes
+
     def graph(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """Support row IDs and masses of graph ``g``."""
         lo, hi = self.graph_ptr[g], self.graph_ptr[g + 1]
@@ -299,12 +303,9 @@ def exact_distances(
     """
     import numba
 
-    bank = _shared_bank(left, right)
-    indptr = bank.indptr.astype(np.int64)
-    indices = bank.indices.astype(np.int64)
-    data = bank.data.astype(np.float64)
+    indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
-    num_rows = bank.shape[0]
+    num_rows = len(indptr) - 1
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     previous = numba.get_num_threads()
@@ -319,22 +320,7 @@ def exact_distances(
                 continue
             if table.shape[0] == 0 and 0 < num_rows * num_rows * 8 <= table_bytes:
                 table = _row_distance_table(indptr, indices, data)
-            _pairs_kernel(
-                pairs[lo:hi],
-                left.graph_ptr,
-                left.support,
-                left.counts,
-                left.sizes,
-                right.graph_ptr,
-                right.support,
-                right.counts,
-                right.sizes,
-                indptr,
-                indices,
-                data,
-                table,
-                out[lo:hi],
-            )
+            _pairs_kernel(pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, out[lo:hi])
             if store is not None:
                 store.save(index, out[lo:hi])
             if progress is not None:
@@ -349,20 +335,7 @@ class _TileStore:
 
     def __init__(self, directory, left: SupportSet, right: SupportSet, pairs: np.ndarray, tile_size: int) -> None:
         digest = hashlib.sha1()
-        for array in (
-            pairs,
-            left.graph_ptr,
-            left.support,
-            left.counts,
-            left.sizes,
-            right.graph_ptr,
-            right.support,
-            right.counts,
-            right.sizes,
-            left.rows.indptr,
-            left.rows.indices,
-            left.rows.data,
-        ):
+        for array in (pairs, *left.arrays(), *right.arrays(), *_bank_arrays(left.rows)):
             digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(str(tile_size).encode())
         self.directory = Path(directory) / digest.hexdigest()[:20]
@@ -391,8 +364,7 @@ def pot_distances(left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.
     """Reference path: POT's network simplex (``ot.lp.emd_c``) per collapsed pair, no cancellation."""
     from ot.lp.emd_wrap import emd_c
 
-    bank = _shared_bank(left, right)
-    indptr, indices, data = bank.indptr.astype(np.int64), bank.indices.astype(np.int64), bank.data.astype(np.float64)
+    indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     out = np.empty(len(pairs), dtype=np.float64)
     for p, (i, j) in enumerate(pairs):
         sa, wa = left.graph(i)
@@ -407,6 +379,11 @@ def _shared_bank(left: SupportSet, right: SupportSet) -> sp.csr_matrix:
     if left.rows is not right.rows:
         raise ValueError("both support sets must share one row bank")
     return left.rows
+
+
+def _bank_arrays(bank: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR arrays of a row bank in the dtypes the compiled kernels take."""
+    return bank.indptr.astype(np.int64), bank.indices.astype(np.int64), bank.data.astype(np.float64)
 
 
 def resolve_n_jobs(n_jobs: int) -> int:
