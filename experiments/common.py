@@ -16,6 +16,8 @@ from pathlib import Path
 os.environ.setdefault("KEOPS_VERBOSE", "0")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import numpy as np  # noqa: E402
+
 from mwsp_torch.cache import cached_distances  # noqa: E402
 from mwsp_torch.datasets import TU_DATASETS, default_labels, load_dataset  # noqa: E402
 
@@ -47,13 +49,38 @@ PAPER_SECONDS = {
     "Cuneiform": 6.61,
 }  # fmt: skip
 
-__all__ = ["TU_DATASETS", "cached_distances", "default_labels", "hardware", "load", "load_raw", "save_raw"]
+__all__ = [
+    "TU_DATASETS",
+    "cached_distances",
+    "default_labels",
+    "hardware",
+    "load",
+    "load_raw",
+    "save_raw",
+    "take_subset",
+]
 
 
 def load(name: str):
     """``(graphs, y, labels policy)`` of a TU dataset from ``$MWSP_DATA_ROOT``."""
     graphs, y = load_dataset(name)
     return graphs, y, default_labels(name)
+
+
+def take_subset(name: str, graphs, y, size: int, seed: int = 0):
+    """A stratified random subset of ``size`` graphs, for a dataset whose full W is out of reach here.
+
+    Returns ``(graphs, y, cache name, description)``; all graphs (and ``None``) when
+    ``size`` is 0 or not smaller than the dataset.
+    """
+    if not size or size >= len(graphs):
+        return graphs, y, name, None
+    from sklearn.model_selection import train_test_split
+
+    keep, _ = train_test_split(np.arange(len(y)), train_size=size, stratify=np.asarray(y), random_state=seed)
+    keep = np.sort(keep)
+    text = f"stratified random subset of {size} of {len(graphs)} graphs (seed {seed})"
+    return [graphs[i] for i in keep], np.asarray(y)[keep], f"{name}-subset{size}", text
 
 
 def distances(name: str, graphs, labels: str, d: int, k: int, n_jobs: int = 2, progress: bool = True):

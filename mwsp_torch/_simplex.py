@@ -19,7 +19,8 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   cannot cycle. At ``eps -> 0`` the final basis is optimal for the real problem
   (reduced costs do not depend on the masses).
 - Start: the row-minimum rule (each row fills its cheapest open columns; a
-  sort of all costs for the least-cost rule was slower overall). Pricing: block search (POT's default), the most
+  sort of all costs for the least-cost rule was slower overall); from
+  ``VOGEL_MIN_ARCS`` arcs on, Vogel's approximation. Pricing: block search (POT's default), the most
   negative reduced cost in the first block of ``~sqrt(m n)`` arcs that has one.
 - The basis tree keeps parents, depths and potentials; a pivot re-hangs only the
   subtree cut off by the leaving arc (linked adjacency lists, one traversal of
@@ -35,6 +36,11 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+#: Problems with at least this many arcs start from Vogel's approximation, smaller
+#: ones from the row-minimum rule (measured crossover: Vogel 1.5x faster on DD's
+#: ~300 x 300, 1.2x slower on REDDIT's ~70 x 70 and NCI1's ~18 x 18).
+VOGEL_MIN_ARCS = 20_000
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -61,13 +67,15 @@ def _unlink(head, nxt, node, slot):
 
 
 @njit(cache=True, nogil=True)
-def transport_cost(supply, demand, cost):
+def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS):
     """Optimal ``sum_pq flow_pq * cost_pq`` for integer masses (equal totals).
 
     Args:
         supply: ``[m]`` int64 masses, all > 0.
         demand: ``[n]`` int64 masses, all > 0, same total as ``supply``.
         cost: ``[m, n]`` float64 costs.
+        vogel_min_arcs: start from Vogel's approximation when ``m * n`` reaches
+            this, else from the row-minimum rule (the optimum does not depend on it).
 
     Returns:
         float64 optimal cost (not divided by the total mass).
@@ -100,32 +108,10 @@ def transport_cost(supply, demand, cost):
     rd_u[:] = demand
     rd_e[:] = 0
     rd_e[n - 1] = m
-    # Row-minimum start: rows in turn send to their cheapest open columns.
-    col_open = np.ones(n, dtype=np.bool_)
-    count = 0
-    for p in range(m):
-        while rs_u[p] != 0 or rs_e[p] != 0:
-            q = -1
-            best_c = np.inf
-            for j in range(n):
-                if col_open[j] and cost[p, j] < best_c:
-                    best_c = cost[p, j]
-                    q = j
-            if _lex_less(rs_u[p], rs_e[p], rd_u[q], rd_e[q]):
-                fu, fe = rs_u[p], rs_e[p]
-            else:
-                fu, fe = rd_u[q], rd_e[q]
-            rs_u[p] -= fu
-            rs_e[p] -= fe
-            rd_u[q] -= fu
-            rd_e[q] -= fe
-            b_p[count] = p
-            b_q[count] = q
-            f_u[count] = fu
-            f_e[count] = fe
-            count += 1
-            if rd_u[q] == 0 and rd_e[q] == 0:
-                col_open[q] = False
+    if m * n >= vogel_min_arcs:
+        _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
+    else:
+        _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
     # Linked adjacency: arc a has half-edges 2a (at its supply) and 2a + 1 (at its demand).
     head[:] = -1
     for a in range(num_basic):
@@ -252,6 +238,101 @@ def transport_cost(supply, demand, cost):
     for a in range(num_basic):
         total += f_u[a] * cost[b_p[a], b_q[a]]
     return total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
+    """Send as much as possible from supply ``p`` to demand ``q`` as basic arc ``count``."""
+    if _lex_less(rs_u[p], rs_e[p], rd_u[q], rd_e[q]):
+        fu, fe = rs_u[p], rs_e[p]
+    else:
+        fu, fe = rd_u[q], rd_e[q]
+    rs_u[p] -= fu
+    rs_e[p] -= fe
+    rd_u[q] -= fu
+    rd_e[q] -= fe
+    b_p[count] = p
+    b_q[count] = q
+    f_u[count] = fu
+    f_e[count] = fe
+
+
+@njit(cache=True, nogil=True)
+def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
+    """Rows in turn send to their cheapest open columns (cheap; good for small problems)."""
+    m, n = cost.shape
+    col_open = np.ones(n, dtype=np.bool_)
+    count = 0
+    for p in range(m):
+        while rs_u[p] != 0 or rs_e[p] != 0:
+            q = -1
+            best_c = np.inf
+            for j in range(n):
+                if col_open[j] and cost[p, j] < best_c:
+                    best_c = cost[p, j]
+                    q = j
+            _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
+            count += 1
+            if rd_u[q] == 0 and rd_e[q] == 0:
+                col_open[q] = False
+
+
+@njit(cache=True, nogil=True)
+def _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
+    """Vogel's approximation: fill the cheapest cell of the line whose two cheapest open
+    cells differ most. Costlier than the row-minimum rule but far fewer pivots follow on
+    large problems (DD's 300 x 300: 2,200 instead of 3,800)."""
+    m, n = cost.shape
+    row_open = np.ones(m, dtype=np.bool_)
+    col_open = np.ones(n, dtype=np.bool_)
+    r1 = np.empty(m, dtype=np.int64)  # each open row's cheapest and second-cheapest open column
+    r2 = np.empty(m, dtype=np.int64)
+    c1 = np.empty(n, dtype=np.int64)
+    c2 = np.empty(n, dtype=np.int64)
+    for p in range(m):
+        r1[p], r2[p] = _two_cheapest(cost[p, :], col_open)
+    for q in range(n):
+        c1[q], c2[q] = _two_cheapest(cost[:, q], row_open)
+    for count in range(m + n - 1):
+        best_pen = -1.0
+        bp = -1
+        bq = -1
+        for p in range(m):
+            if row_open[p]:
+                pen = cost[p, r2[p]] - cost[p, r1[p]] if r2[p] >= 0 else np.inf
+                if pen > best_pen:
+                    best_pen, bp, bq = pen, p, r1[p]
+        for q in range(n):
+            if col_open[q]:
+                pen = cost[c2[q], q] - cost[c1[q], q] if c2[q] >= 0 else np.inf
+                if pen > best_pen:
+                    best_pen, bp, bq = pen, c1[q], q
+        _allocate(bp, bq, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
+        if rs_u[bp] == 0 and rs_e[bp] == 0:
+            row_open[bp] = False
+            for j in range(n):
+                if col_open[j] and (c1[j] == bp or c2[j] == bp):
+                    c1[j], c2[j] = _two_cheapest(cost[:, j], row_open)
+        if rd_u[bq] == 0 and rd_e[bq] == 0:
+            col_open[bq] = False
+            for i in range(m):
+                if row_open[i] and (r1[i] == bq or r2[i] == bq):
+                    r1[i], r2[i] = _two_cheapest(cost[i, :], col_open)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _two_cheapest(costs, is_open):
+    """Indices of the cheapest and second-cheapest open entries (-1 where none)."""
+    a = -1
+    b = -1
+    for j in range(costs.shape[0]):
+        if is_open[j]:
+            if a < 0 or costs[j] < costs[a]:
+                b = a
+                a = j
+            elif b < 0 or costs[j] < costs[b]:
+                b = j
+    return a, b
 
 
 @njit(cache=True, nogil=True)

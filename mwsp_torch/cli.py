@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--seed", type=int, default=None, help="paper: numpy seed (default 42); nested: first seed (default 0)"
     )
+    ev.add_argument(
+        "--folds",
+        type=int,
+        default=10,
+        help="outer stratified folds (default 10; Cuneiform's smallest class allows 8)",
+    )
     ev.add_argument("--repeats", type=int, default=10, help="nested: repetitions with seeds seed..seed+repeats-1")
     ev.add_argument("--json", default=None, help="write the results here")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
@@ -101,7 +107,13 @@ def _evaluate(args) -> dict:
     if args.protocol == "paper":
         runs = {
             key: paper_protocol(
-                w, y, seed=42 if args.seed is None else args.seed, svm=args.svm, krein=args.krein, progress=progress
+                w,
+                y,
+                seed=42 if args.seed is None else args.seed,
+                svm=args.svm,
+                krein=args.krein,
+                progress=progress,
+                n_splits=args.folds,
             )
             for key, w in distances.items()
         }
@@ -127,6 +139,7 @@ def _evaluate(args) -> dict:
             distances,
             y,
             seeds=tuple(range(first, first + args.repeats)),
+            n_outer=args.folds,
             svm=args.svm,
             krein=args.krein,
             progress=progress,

@@ -37,6 +37,7 @@ from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._simplex import transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
+SINKHORN_BACKENDS = ("auto", "tensorized", "online")
 
 
 @dataclass(frozen=True)
@@ -404,9 +405,14 @@ def sinkhorn_distances(
     device: str = "cpu",
     batch_size: int = 256,
     max_bytes: int = 1 << 29,
+    backend: str = "auto",
+    online_from: int = 1 << 20,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """Debiased Sinkhorn approximation of W (geomloss, ``p=1``), batched on ``device``.
+
+    Pairs are bucketed by the sizes of their two supports (sorted, then cut into
+    batches), so the zero-weight padding of a batch stays small.
 
     Args:
         left, right, pairs: as in :func:`exact_distances`.
@@ -414,7 +420,12 @@ def sinkhorn_distances(
         scaling (float): epsilon-scaling ratio (default ``0.99``).
         device (str): torch device (default ``"cpu"``).
         batch_size (int): pairs per batch (default ``256``); a batch whose padded
-            dense points would exceed ``max_bytes`` (default 512 MiB) is split.
+            dense points or cost matrices would exceed ``max_bytes`` (default
+            512 MiB) is split.
+        backend (str): ``"tensorized"`` (dense batched cost matrices), ``"online"``
+            (pykeops, costs computed on the fly: memory linear in the points) or
+            ``"auto"``: online for a batch whose pairs have ``online_from`` or more
+            cost entries each (default ``2**20``, e.g. REDDIT-BINARY's large graphs).
         progress (callable, optional): called with the number of pairs done.
 
     Returns:
@@ -423,21 +434,32 @@ def sinkhorn_distances(
     import torch
     from geomloss import SamplesLoss
 
-    loss = SamplesLoss("sinkhorn", p=1, blur=blur, scaling=scaling, debias=True, backend="tensorized")
+    if backend not in SINKHORN_BACKENDS:
+        raise ValueError(f"backend must be one of {SINKHORN_BACKENDS}, got {backend!r}")
     bank = _shared_bank(left, right)
+    # One diameter (bounding box of all rows and the origin, where padding sits) for every
+    # batch: geomloss's epsilon schedule starts there, so a per-batch diameter would make a
+    # pair's value depend on its batch; and geomloss fails on a batch of equal points (0).
+    span = (bank.max(axis=0) - bank.min(axis=0)).toarray() if bank.nnz else np.zeros(1)
+    diameter = max(float(np.linalg.norm(span)), blur)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    width_l, width_r = np.diff(left.graph_ptr)[pairs[:, 0]], np.diff(right.graph_ptr)[pairs[:, 1]]
+    order = np.lexsort((width_r, width_l))  # size buckets
     out = np.empty(len(pairs), dtype=np.float64)
     pending = [(lo, min(lo + batch_size, len(pairs))) for lo in range(0, len(pairs), batch_size)]
     while pending:
         lo, hi = pending.pop(0)
-        chunk = pairs[lo:hi]
+        chunk = pairs[order[lo:hi]]
         sup_a = [left.graph(i) for i in chunk[:, 0]]
         sup_b = [right.graph(j) for j in chunk[:, 1]]
         used = np.unique(np.concatenate([s for s, _ in sup_a] + [s for s, _ in sup_b]))
         # Keep only the columns these rows use: Euclidean distances are unchanged.
         sub = bank[used]
         columns = np.unique(sub.indices)
-        width = max(len(s) for s, _ in sup_a) + max(len(s) for s, _ in sup_b)
-        if hi - lo > 1 and (hi - lo) * width * len(columns) * 8 > max_bytes:
+        wa, wb = max(len(s) for s, _ in sup_a), max(len(s) for s, _ in sup_b)
+        mode = backend if backend != "auto" else ("online" if wa * wb >= online_from else "tensorized")
+        per_pair = (wa + wb) * max(len(columns), 1) * 8 + (wa * wb * 8 if mode == "tensorized" else 0)
+        if hi - lo > 1 and (hi - lo) * per_pair > max_bytes:
             mid = (lo + hi) // 2  # too large for one padded batch: halve it
             pending[:0] = [(lo, mid), (mid, hi)]
             continue
@@ -446,6 +468,7 @@ def sinkhorn_distances(
         local[used] = np.arange(len(used))
         x, a = _padded(sup_a, local, dense)
         y, b = _padded(sup_b, local, dense)
+        loss = SamplesLoss("sinkhorn", p=1, blur=blur, diameter=diameter, scaling=scaling, debias=True, backend=mode)
         with torch.no_grad():
             value = loss(
                 torch.from_numpy(a).to(device),
@@ -453,7 +476,7 @@ def sinkhorn_distances(
                 torch.from_numpy(b).to(device),
                 torch.from_numpy(y).to(device),
             )
-        out[lo:hi] = value.double().cpu().numpy()
+        out[order[lo:hi]] = value.double().cpu().numpy().reshape(-1)
         if progress is not None:
             progress(hi - lo)
     return out

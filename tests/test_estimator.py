@@ -150,3 +150,16 @@ def test_protocols_do_not_depend_on_n_jobs():
         paper_two["fold_accuracies"]
         == paper_protocol(w_paper, labels, lams=(0.1, 1.0), Cs=(1.0, 100.0))["fold_accuracies"]
     )
+
+
+def test_protocols_name_a_class_too_small_for_the_folds():
+    from mwsp_torch import paper_protocol
+    from mwsp_torch.evaluation import max_folds
+
+    graphs, y = make_csl(graphs_per_class=8, num_nodes=13, seed=3)  # like Cuneiform: 8 graphs a class
+    w = MWSP(d=3, k=0).fit(graphs).distances_
+    assert max_folds(y) == 8
+    with pytest.raises(ValueError, match="smallest class has 8: pass n_splits=8"):
+        paper_protocol(w, y, lams=(1.0,), Cs=(1.0,))
+    result = paper_protocol(w, y, lams=(1.0,), Cs=(1.0,), n_splits=8)
+    assert result["outer_folds"] == 8 and len(result["fold_accuracies"]) == 8
