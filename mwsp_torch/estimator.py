@@ -61,7 +61,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
         features_ (scipy.sparse.csr_matrix): node feature maps of the training graphs.
         tree_vocab_, path_vocab_, row_vocab_ (Vocabulary): fitted tables.
-        timings_ (dict): seconds spent in ``features`` and ``transport``.
+        timings_ (dict): seconds spent in ``features`` and ``transport``, and how many
+            distinct measures (graphs up to an equal node-row distribution) and pairs
+            the transport solved.
     """
 
     def __init__(
@@ -168,14 +170,22 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.support_ = support
         self.rows_ = support.rows
         mid = time.perf_counter()
-        n = support.num_graphs
+        # Graphs that are the same measure need one transport problem per pair of measures.
+        representatives, inverse = support.distinct_measures()
+        distinct = support.take(representatives)
+        n = distinct.num_graphs
         pairs = upper_pairs(n)
-        values = self._distances(support, support, pairs)
+        values = self._distances(distinct, distinct, pairs)
         distances = np.zeros((n, n), dtype=np.float64)
         distances[pairs[:, 0], pairs[:, 1]] = values
         distances[pairs[:, 1], pairs[:, 0]] = values
-        self.distances_ = distances
-        self.timings_ = {"features": mid - start, "transport": time.perf_counter() - mid}
+        self.distances_ = distances[np.ix_(inverse, inverse)]
+        self.timings_ = {
+            "features": mid - start,
+            "transport": time.perf_counter() - mid,
+            "distinct_measures": n,
+            "pairs": len(pairs),
+        }
         return self
 
     def kernel(self, distances: np.ndarray | None = None) -> np.ndarray:

@@ -71,6 +71,39 @@ class SupportSet:
         lo, hi = self.graph_ptr[g], self.graph_ptr[g + 1]
         return self.support[lo:hi], self.counts[lo:hi] / self.sizes[g]
 
+    def take(self, graphs: np.ndarray) -> SupportSet:
+        """The graphs ``graphs`` (indices), on the same row bank."""
+        graphs = np.asarray(graphs, dtype=np.int64)
+        lengths = np.diff(self.graph_ptr)[graphs]
+        graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=graph_ptr[1:])
+        entries = np.concatenate([np.arange(self.graph_ptr[g], self.graph_ptr[g + 1]) for g in graphs] or [[]])
+        entries = entries.astype(np.int64)
+        return SupportSet(self.rows, graph_ptr, self.support[entries], self.counts[entries], self.sizes[graphs])
+
+    def distinct_measures(self) -> tuple[np.ndarray, np.ndarray]:
+        """Graphs that are one measure: the same support points with proportional counts.
+
+        W between such graphs is 0 and their distances to every other graph are equal,
+        so all-pairs work needs only one of each (IMDB-BINARY: 537 of 1,000 graphs).
+
+        Returns:
+            ``(representatives, inverse)``: the first graph of each measure, and for
+            every graph the index of its measure among the representatives.
+        """
+        seen: dict[tuple[bytes, bytes], int] = {}
+        inverse = np.empty(self.num_graphs, dtype=np.int64)
+        representatives = []
+        for g in range(self.num_graphs):
+            lo, hi = self.graph_ptr[g], self.graph_ptr[g + 1]
+            counts = self.counts[lo:hi]
+            reduced = counts // np.gcd.reduce(counts) if hi > lo else counts
+            key = (self.support[lo:hi].tobytes(), reduced.tobytes())
+            inverse[g] = seen.setdefault(key, len(representatives))
+            if inverse[g] == len(representatives):
+                representatives.append(g)
+        return np.asarray(representatives, dtype=np.int64), inverse
+
 
 @njit(cache=True)
 def _intern_sparse_rows(indptr, indices, data, chain_frozen, chain_fresh, chain_offset, frozen, fresh, offset):

@@ -163,3 +163,14 @@ def test_protocols_name_a_class_too_small_for_the_folds():
         paper_protocol(w, y, lams=(1.0,), Cs=(1.0,))
     result = paper_protocol(w, y, lams=(1.0,), Cs=(1.0,), n_splits=8)
     assert result["outer_folds"] == 8 and len(result["fold_accuracies"]) == 8
+
+
+def test_graphs_of_one_measure_are_solved_once_and_match_reference():
+    square = TRAIN[0]
+    two_squares = (8, square[1] + [(a + 4, b + 4) for a, b in square[1]], square[2] * 2)  # same measure, twice the mass
+    renumbered = (4, [(3, 2), (2, 1), (1, 0), (0, 3)], [1, 0, 1, 0])  # the square, nodes relabelled
+    graphs = [square, TRAIN[1], two_squares, TRAIN[2], renumbered]
+    model = MWSP(d=2, k=1).fit(datas(graphs))
+    assert model.timings_["distinct_measures"] == 3 and model.timings_["pairs"] == 3
+    np.testing.assert_allclose(model.distances_, distance_matrix(graphs, 2, 1, "split"), rtol=1e-9, atol=1e-12)
+    assert model.distances_[0, 2] == model.distances_[0, 4] == model.distances_[2, 4] == 0.0
