@@ -18,10 +18,12 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   so every basis is non-degenerate, every pivot strictly improves, and the method
   cannot cycle. At ``eps -> 0`` the final basis is optimal for the real problem
   (reduced costs do not depend on the masses).
+- Pricing: block search over whole rows (POT's block size ~sqrt(m n) arcs,
+  rounded to rows), each row's minimum reduced cost a vectorised loop: 1.1-1.2x
+  fewer seconds than arc-by-arc blocks on NCI1, ENZYMES and REDDIT problems.
 - Start: the row-minimum rule (each row fills its cheapest open columns; a
   sort of all costs for the least-cost rule was slower overall); from
-  ``VOGEL_MIN_ARCS`` arcs on, Vogel's approximation. Pricing: block search (POT's default), the most
-  negative reduced cost in the first block of ``~sqrt(m n)`` arcs that has one.
+  ``VOGEL_MIN_ARCS`` arcs on, Vogel's approximation.
 - The basis tree keeps parents, depths and potentials; a pivot re-hangs only the
   subtree cut off by the leaving arc (linked adjacency lists, one traversal of
   that subtree), and recomputes its potentials from the arc costs (no drift).
@@ -126,40 +128,44 @@ def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS):
     parent_arc[0] = -1
     pot[0] = 0.0
     _hang(0, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, cost)
-    num_arcs = m * n
-    block = max(int(np.sqrt(num_arcs)), 16)
+    # Pricing blocks of ~sqrt(m n) arcs (POT's default), rounded to whole rows.
+    rows_per_block = max(1, max(int(np.sqrt(m * n)), 16) // n)
+    demand_pot = pot[m:]
     scale = 0.0
     for p in range(m):
         for q in range(n):
             scale = max(scale, abs(cost[p, q]))
     tol = 1e-14 * max(scale, 1e-300)
     p = 0
-    q = 0
     while True:
-        # Block search: the most negative reduced cost in the first block that has one.
+        # Block search by whole rows: the most negative reduced cost in the first block
+        # of rows that has one. A row's minimum is a vectorised loop (_row_min); the
+        # entering column is then found in that row alone.
         enter_p = -1
         enter_q = -1
         best = -tol
-        scanned = 0
-        while scanned < num_arcs:
-            stop = min(scanned + block, num_arcs)
-            while scanned < stop:
-                reduced = cost[p, q] - pot[p] - pot[m + q]
-                if reduced < best:
-                    best = reduced
+        rows_scanned = 0
+        while rows_scanned < m:
+            stop = min(rows_scanned + rows_per_block, m)
+            while rows_scanned < stop:
+                low = _row_min(cost[p], demand_pot, n) - pot[p]
+                if low < best:
+                    best = low
                     enter_p = p
-                    enter_q = q
-                scanned += 1
-                q += 1
-                if q == n:
-                    q = 0
-                    p += 1
-                    if p == m:
-                        p = 0
+                rows_scanned += 1
+                p += 1
+                if p == m:
+                    p = 0
             if enter_p >= 0:
                 break
         if enter_p < 0:
             break
+        best = np.inf
+        for q in range(n):
+            reduced = cost[enter_p, q] - demand_pot[q]
+            if reduced < best:
+                best = reduced
+                enter_q = q
         # Cycle: enter_p -> enter_q (+), then the tree path from enter_q back to enter_p.
         # Demand side, step child -> parent: '+' iff the child is a supply.
         # Supply side, traversed parent -> child: '+' iff the child is a demand.
@@ -333,6 +339,15 @@ def _two_cheapest(costs, is_open):
             elif b < 0 or costs[j] < costs[b]:
                 b = j
     return a, b
+
+
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _row_min(row, demand_pot, n):
+    """``min_q row[q] - demand_pot[q]`` (fastmath: a vectorised min; the values are finite)."""
+    low = np.inf
+    for q in range(n):
+        low = min(low, row[q] - demand_pot[q])
+    return low
 
 
 @njit(cache=True, nogil=True)
