@@ -127,12 +127,13 @@ def write_tables(rows_raw: list[dict]) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow({key: (f"{v:.4f}" if isinstance(v, float) else v) for key, v in row.items()})
-    lines = ["| dataset | protocol | d | k | accuracy % | paper % | difference | majority % | grid |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| dataset | protocol | d | k | accuracy % | paper % | difference | majority % | reps | grid |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['protocol']} | {r['d']} | {r['k']} "
                      f"| {r['accuracy_mean']:.1f} +- {r['accuracy_std']:.1f} | {r['paper_mean']} +- {r['paper_std']} "
-                     f"| {r['difference']:+.1f} | {r['majority_rate']:.1f} | {r['grid']} |")  # fmt: skip
+                     f"| {r['difference']:+.1f} | {r['majority_rate']:.1f} | {r['repetitions']} "
+                     f"| {r['grid']} |")  # fmt: skip
     (RESULTS / "accuracy.md").write_text("\n".join(lines) + "\n")
 
 
