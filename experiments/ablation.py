@@ -44,22 +44,22 @@ def sp_kernel(graphs, labels) -> np.ndarray:
     )
     from scipy.sparse.csgraph import shortest_path
 
-    rows, cols, values, vocab = [], [], [], {}
+    num_labels = int(graph_set.labels.max()) + 1 if graph_set.num_nodes else 1
+    graph_keys = []
     for g in range(graph_set.num_graphs):
         lo, hi = graph_set.ptr[g], graph_set.ptr[g + 1]
         dist = shortest_path(adjacency[lo:hi, lo:hi], unweighted=True, directed=False)
-        lab = graph_set.labels[lo:hi]
+        lab = graph_set.labels[lo:hi].astype(np.int64)
         iu, ju = np.triu_indices(hi - lo, 1)
-        finite = np.isfinite(dist[iu, ju])
-        low, high = np.minimum(lab[iu], lab[ju])[finite], np.maximum(lab[iu], lab[ju])[finite]
-        triples = zip(low, high, dist[iu, ju][finite], strict=True)
-        counts = {}
-        for triple in triples:
-            column = vocab.setdefault(triple, len(vocab))
-            counts[column] = counts.get(column, 0) + 1
-        rows += [g] * len(counts)
-        cols += list(counts)
-        values += list(counts.values())
+        length = dist[iu, ju]
+        finite = np.isfinite(length)
+        low = np.minimum(lab[iu], lab[ju])[finite]
+        high = np.maximum(lab[iu], lab[ju])[finite]
+        # One integer per (label u, label v, distance) triple, exact (no hashing).
+        graph_keys.append((low * num_labels + high) * graph_set.num_nodes + length[finite].astype(np.int64))
+    vocab, columns = np.unique(np.concatenate(graph_keys) if graph_keys else np.zeros(0, np.int64), return_inverse=True)
+    owner = np.repeat(np.arange(graph_set.num_graphs), [len(k) for k in graph_keys])
+    rows, cols, values = owner, columns, np.ones(len(columns))
     phi = sp.csr_matrix((values, (rows, cols)), shape=(graph_set.num_graphs, len(vocab)))
     gram = (phi @ phi.T).toarray()
     # Cosine-normalised (GraKeL's normalize=True): raw counts make libsvm crawl at large C.
