@@ -16,25 +16,17 @@ import argparse
 import csv
 
 import numpy as np
-import scipy.sparse as sp
-from common import RESULTS, distances, load, load_raw, save_raw
-from scipy.sparse.csgraph import shortest_path
+from common import RESULTS, add_run_arguments, distances, hop_distances, load, load_raw, outer_folds, save_raw
 
 from mwsp_torch import paper_protocol
-from mwsp_torch.evaluation import max_folds
-from mwsp_torch.labels import to_graph_set
 
 DATASETS = ("DHFR_MD", "PTC_FM", "IMDB-BINARY", "Cuneiform")
 
 
 def diameter(graphs, labels: str) -> int:
     """The longest shortest path (in edges) of any graph: paths never exceed it."""
-    gs = to_graph_set(graphs, labels=labels)
-    adjacency = sp.csr_matrix((np.ones(len(gs.indices)), gs.indices, gs.indptr), shape=(gs.num_nodes,) * 2)
     longest = 0
-    for g in range(gs.num_graphs):
-        lo, hi = gs.ptr[g], gs.ptr[g + 1]
-        dist = shortest_path(adjacency[lo:hi, lo:hi], unweighted=True, directed=False)
+    for _, dist in hop_distances(graphs, labels):
         finite = dist[np.isfinite(dist)]
         longest = max(longest, int(finite.max()) if finite.size else 0)
     return longest
@@ -43,17 +35,16 @@ def diameter(graphs, labels: str) -> int:
 def run_dataset(name: str, args) -> dict:
     raw = load_raw(f"sensitivity-{name}") or {"dataset": name, "cells": {}}
     graphs, y, labels = load(name)
-    folds = min(10, max_folds(y))
+    folds = outer_folds(y)
     # Beyond the longest shortest path, a larger d adds no path: W (and the cell) is that of d = diameter.
     raw["diameter"] = longest = diameter(graphs, labels)
     spent = sum(cell["distance_seconds"] for cell in raw["cells"].values())
     for d, k in sorted(((d, k) for d in args.d for k in args.k), key=lambda s: (s[0] + s[1], s)):
         key = f"{d},{k}"
-        if key in raw["cells"] or spent > args.budget:
-            continue
         same = f"{longest},{k}"
-        if d > longest and same in raw["cells"]:
+        if key not in raw["cells"] and d > longest and same in raw["cells"]:  # free: no budget needed
             raw["cells"][key] = {**raw["cells"][same], "distance_seconds": 0.0, "same_as": same}
+        if key in raw["cells"] or spent > args.budget:
             continue
         w, seconds = distances(name, graphs, labels, d, k, n_jobs=args.n_jobs, progress=False)
         result = paper_protocol(w, y, n_splits=folds, n_jobs=args.eval_jobs)
@@ -62,6 +53,7 @@ def run_dataset(name: str, args) -> dict:
         spent += seconds
         save_raw(f"sensitivity-{name}", raw)
         print(f"{name} d={d} k={k}: {result['accuracy_mean']:.2f} ({seconds:.1f} s)", flush=True)
+    save_raw(f"sensitivity-{name}", raw)  # reused cells after the last computed one
     return raw
 
 
@@ -92,12 +84,7 @@ def plot(raw: dict, path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
-    parser.add_argument("--d", type=int, nargs="+", default=list(range(7)))
-    parser.add_argument("--k", type=int, nargs="+", default=list(range(7)))
-    parser.add_argument("--budget", type=float, default=1800.0, help="seconds of distance computation per dataset")
-    parser.add_argument("--n-jobs", type=int, default=2, help="threads for the exact solver")
-    parser.add_argument("--eval-jobs", type=int, default=2, help="processes over the outer folds")
+    add_run_arguments(parser, DATASETS)
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
