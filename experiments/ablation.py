@@ -18,12 +18,11 @@ import csv
 
 import numpy as np
 import scipy.sparse as sp
-from common import PAPER_ABLATION, RESULTS, TU_DATASETS, load, load_raw, save_raw, take_subset
+from common import PAPER_ABLATION, RESULTS, TU_DATASETS, hop_distances, load, load_raw, save_raw, take_subset
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 
 from mwsp_torch import MWSP, paper_protocol
-from mwsp_torch.labels import to_graph_set
 
 
 def graph_feature_distances(graphs, labels, d, k) -> np.ndarray:
@@ -40,29 +39,19 @@ def graph_feature_distances(graphs, labels, d, k) -> np.ndarray:
 
 
 def sp_kernel(graphs, labels) -> np.ndarray:
-    graph_set = to_graph_set(graphs, labels=labels)
-    adjacency = sp.csr_matrix(
-        (np.ones(len(graph_set.indices)), graph_set.indices, graph_set.indptr), shape=(graph_set.num_nodes,) * 2
-    )
-    from scipy.sparse.csgraph import shortest_path
-
-    num_labels = int(graph_set.labels.max()) + 1 if graph_set.num_nodes else 1
-    graph_keys = []
-    for g in range(graph_set.num_graphs):
-        lo, hi = graph_set.ptr[g], graph_set.ptr[g + 1]
-        dist = shortest_path(adjacency[lo:hi, lo:hi], unweighted=True, directed=False)
-        lab = graph_set.labels[lo:hi].astype(np.int64)
-        iu, ju = np.triu_indices(hi - lo, 1)
+    triples, owner = [], []
+    for g, (lab, dist) in enumerate(hop_distances(graphs, labels)):
+        iu, ju = np.triu_indices(len(lab), 1)
         length = dist[iu, ju]
         finite = np.isfinite(length)
         low = np.minimum(lab[iu], lab[ju])[finite]
         high = np.maximum(lab[iu], lab[ju])[finite]
-        # One integer per (label u, label v, distance) triple, exact (no hashing).
-        graph_keys.append((low * num_labels + high) * graph_set.num_nodes + length[finite].astype(np.int64))
-    vocab, columns = np.unique(np.concatenate(graph_keys) if graph_keys else np.zeros(0, np.int64), return_inverse=True)
-    owner = np.repeat(np.arange(graph_set.num_graphs), [len(k) for k in graph_keys])
-    rows, cols, values = owner, columns, np.ones(len(columns))
-    phi = sp.csr_matrix((values, (rows, cols)), shape=(graph_set.num_graphs, len(vocab)))
+        triples.append(np.stack([low, high, length[finite].astype(np.int64)], axis=1))
+        owner.append(np.full(int(finite.sum()), g))
+    # One column per distinct (label u, label v, distance) triple, exact (no hashing).
+    vocab, cols = np.unique(np.concatenate(triples).reshape(-1, 3), axis=0, return_inverse=True)
+    rows, values = np.concatenate(owner), np.ones(len(cols))
+    phi = sp.csr_matrix((values, (rows, cols.reshape(-1))), shape=(len(graphs), len(vocab)))
     gram = (phi @ phi.T).toarray()
     # Cosine-normalised (GraKeL's normalize=True): raw counts make libsvm crawl at large C.
     norms = np.sqrt(np.maximum(np.diag(gram), 1e-300))

@@ -26,10 +26,20 @@ import csv
 import time
 
 import numpy as np
-from common import PAPER_ACCURACY, RESULTS, TU_DATASETS, distances, load, load_raw, save_raw, take_subset
+from common import (
+    PAPER_ACCURACY,
+    RESULTS,
+    TU_DATASETS,
+    add_run_arguments,
+    distances,
+    load,
+    load_raw,
+    outer_folds,
+    save_raw,
+    take_subset,
+)
 
 from mwsp_torch import nested_protocol, paper_protocol
-from mwsp_torch.evaluation import max_folds
 
 
 def run_dataset(name: str, args) -> dict:
@@ -48,8 +58,7 @@ def run_dataset(name: str, args) -> dict:
         ws[(d, k)], seconds[f"{d},{k}"] = w, sec
         spent += sec
         searched.append([d, k])
-    # The authors' 10 folds, unless a class is smaller (Cuneiform: 8 graphs a class).
-    folds = min(10, max_folds(y))
+    folds = outer_folds(y)
     start = time.perf_counter()
     paper = {
         f"{d},{k}": paper_protocol(w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet)
@@ -139,14 +148,9 @@ def write_tables(rows_raw: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=list(TU_DATASETS))
-    parser.add_argument("--d", type=int, nargs="+", default=list(range(7)))
-    parser.add_argument("--k", type=int, nargs="+", default=list(range(7)))
-    parser.add_argument("--budget", type=float, default=1800.0, help="seconds of distance computation per dataset")
+    add_run_arguments(parser, TU_DATASETS)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--subset", type=int, default=0, help="use a stratified random subset of this many graphs")
-    parser.add_argument("--n-jobs", type=int, default=2, help="threads for the exact solver")
-    parser.add_argument("--eval-jobs", type=int, default=2, help="processes over outer folds of the SVM protocols")
     parser.add_argument("--force", action="store_true", help="recompute finished datasets")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from finished datasets")

@@ -17,9 +17,13 @@ os.environ.setdefault("KEOPS_VERBOSE", "0")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
 from mwsp_torch.cache import cached_distances  # noqa: E402
 from mwsp_torch.datasets import TU_DATASETS, default_labels, load_dataset  # noqa: E402
+from mwsp_torch.evaluation import max_folds  # noqa: E402
+from mwsp_torch.labels import to_graph_set  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RAW = RESULTS / "raw"
@@ -53,8 +57,11 @@ __all__ = [
     "TU_DATASETS",
     "cached_distances",
     "default_labels",
+    "add_run_arguments",
     "hardware",
+    "hop_distances",
     "load",
+    "outer_folds",
     "load_raw",
     "save_raw",
     "take_subset",
@@ -65,6 +72,30 @@ def load(name: str):
     """``(graphs, y, labels policy)`` of a TU dataset from ``$MWSP_DATA_ROOT``."""
     graphs, y = load_dataset(name)
     return graphs, y, default_labels(name)
+
+
+def outer_folds(y) -> int:
+    """The authors' 10 outer folds, unless a class is smaller (Cuneiform: 8 graphs a class)."""
+    return min(10, max_folds(y))
+
+
+def hop_distances(graphs, labels: str):
+    """Per graph, its interned node labels and all-pairs shortest-path lengths in edges (inf: unreachable)."""
+    gs = to_graph_set(graphs, labels=labels)
+    adjacency = sp.csr_matrix((np.ones(len(gs.indices)), gs.indices, gs.indptr), shape=(gs.num_nodes,) * 2)
+    for g in range(gs.num_graphs):
+        lo, hi = gs.ptr[g], gs.ptr[g + 1]
+        yield gs.labels[lo:hi], shortest_path(adjacency[lo:hi, lo:hi], unweighted=True, directed=False)
+
+
+def add_run_arguments(parser, datasets) -> None:
+    """The options the grid scripts share: datasets, the (d, k) grid, its time budget, workers."""
+    parser.add_argument("--datasets", nargs="+", default=list(datasets))
+    parser.add_argument("--d", type=int, nargs="+", default=list(range(7)))
+    parser.add_argument("--k", type=int, nargs="+", default=list(range(7)))
+    parser.add_argument("--budget", type=float, default=1800.0, help="seconds of distance computation per dataset")
+    parser.add_argument("--n-jobs", type=int, default=2, help="threads for the exact solver")
+    parser.add_argument("--eval-jobs", type=int, default=2, help="processes over outer folds of the SVM protocols")
 
 
 def take_subset(name: str, graphs, y, size: int, seed: int = 0):

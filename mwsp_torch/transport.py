@@ -478,6 +478,7 @@ def sinkhorn_distances(
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     width_l, width_r = np.diff(left.graph_ptr)[pairs[:, 0]], np.diff(right.graph_ptr)[pairs[:, 1]]
     order = np.lexsort((width_r, width_l))  # size buckets
+    losses = {}  # one geomloss object per backend used
     out = np.empty(len(pairs), dtype=np.float64)
     pending = [(lo, min(lo + batch_size, len(pairs))) for lo in range(0, len(pairs), batch_size)]
     while pending:
@@ -501,9 +502,12 @@ def sinkhorn_distances(
         local[used] = np.arange(len(used))
         x, a = _padded(sup_a, local, dense)
         y, b = _padded(sup_b, local, dense)
-        loss = SamplesLoss("sinkhorn", p=1, blur=blur, diameter=diameter, scaling=scaling, debias=True, backend=mode)
+        if mode not in losses:
+            losses[mode] = SamplesLoss(
+                "sinkhorn", p=1, blur=blur, diameter=diameter, scaling=scaling, debias=True, backend=mode
+            )
         with torch.no_grad():
-            value = loss(
+            value = losses[mode](
                 torch.from_numpy(a).to(device),
                 torch.from_numpy(x).to(device),
                 torch.from_numpy(b).to(device),
