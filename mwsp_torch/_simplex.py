@@ -47,8 +47,9 @@ VOGEL_MIN_ARCS = 20_000
 
 #: Pricing blocks span at least this many arcs. On problems of 18-30 points a block
 #: of one row (POT's sqrt(m n) rule) finds poor entering arcs: 3-5 rows cut pivots
-#: by 20-25 % and time by 1.09-1.15x (NCI1, ENZYMES, PROTEINS); from ~60 points on,
-#: where sqrt(m n) already exceeds this, the rule is unchanged (REDDIT, DD).
+#: by 20-25 % and time by 1.08-1.16x (NCI1, ENZYMES, PROTEINS; measured by
+#: ``benchmarks/solver_settings.py``); from ~60 points on, where sqrt(m n) already
+#: exceeds this, the rule is unchanged (REDDIT, DD).
 MIN_BLOCK_ARCS = 96
 
 
@@ -76,7 +77,7 @@ def _unlink(head, nxt, node, slot):
 
 
 @njit(cache=True, nogil=True)
-def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS):
+def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS, min_block_arcs=MIN_BLOCK_ARCS):
     """Optimal ``sum_pq flow_pq * cost_pq`` for integer masses (equal totals).
 
     Args:
@@ -85,6 +86,7 @@ def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS):
         cost: ``[m, n]`` float64 costs.
         vogel_min_arcs: start from Vogel's approximation when ``m * n`` reaches
             this, else from the row-minimum rule (the optimum does not depend on it).
+        min_block_arcs: the fewest arcs a pricing block spans (nor does the optimum).
 
     Returns:
         float64 optimal cost (not divided by the total mass).
@@ -136,7 +138,7 @@ def transport_cost(supply, demand, cost, vogel_min_arcs=VOGEL_MIN_ARCS):
     pot[0] = 0.0
     _hang(0, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, cost)
     # Pricing blocks of ~sqrt(m n) arcs (POT's default), at least MIN_BLOCK_ARCS, in whole rows.
-    rows_per_block = max(1, max(int(np.sqrt(m * n)), MIN_BLOCK_ARCS) // n)
+    rows_per_block = max(1, max(int(np.sqrt(m * n)), min_block_arcs) // n)
     demand_pot = pot[m:]
     scale = 0.0
     for p in range(m):

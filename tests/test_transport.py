@@ -16,9 +16,11 @@ from conftest import make_data
 def _check(counts_a, counts_b, cost):
     na, nb = counts_a.sum(), counts_b.sum()
     expected = ot.emd2(counts_a / na, counts_b / nb, cost)
-    for vogel_min_arcs in (0, 1 << 62):  # both starting rules: Vogel's, row-minimum
-        got = transport_cost(counts_a * nb, counts_b * na, np.ascontiguousarray(cost), vogel_min_arcs) / (na * nb)
-        assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14
+    cost = np.ascontiguousarray(cost)
+    # Both starting rules (Vogel's, row-minimum) and pricing blocks of one row, the default, all rows.
+    for vogel_min_arcs, min_block_arcs in ((0, 96), (1 << 62, 1), (1 << 62, 96), (1 << 62, 1 << 30)):
+        got = transport_cost(counts_a * nb, counts_b * na, cost, vogel_min_arcs, min_block_arcs) / (na * nb)
+        assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14, (vogel_min_arcs, min_block_arcs)
 
 
 @settings(max_examples=300, deadline=None)
