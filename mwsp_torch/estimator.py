@@ -26,6 +26,7 @@ from mwsp_torch.transport import (
     SOLVERS,
     RowVocabulary,
     SupportSet,
+    batched_exact_distances,
     collapse,
     exact_distances,
     sinkhorn_distances,
@@ -44,10 +45,14 @@ class MWSP(TransformerMixin, BaseEstimator):
         lam (float): kernel parameter in ``exp(-lam W)`` (default ``1.0``).
         paths (str): ``"split"`` (each endpoint mass 1, split over its shortest
             paths) or ``"all"`` (each shortest path 1) (default ``"split"``).
-        solver (str): ``"exact"`` (POT network simplex, float64) or
-            ``"sinkhorn"`` (geomloss, approximate) (default ``"exact"``).
+        solver (str): ``"exact"`` (transportation simplex, float64, equal to POT's
+            network simplex to 1e-9) or ``"sinkhorn"`` (geomloss, approximate)
+            (default ``"exact"``).
         labels (str): ``"auto"``, ``"degree"`` or ``"uniform"`` (default ``"auto"``).
-        device (str): torch device for ``solver="sinkhorn"`` (default ``"cpu"``).
+        device (str): torch device (default ``"cpu"``). Sinkhorn runs on it; exact
+            distances on ``"cpu"`` come from the compiled CPU solver, on any other
+            device from the batched exact engine (``transport.batched_exact_distances``,
+            for datasets of small graphs; no checkpoints).
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
@@ -105,6 +110,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"paths must be one of {PATH_MODES}, got {self.paths!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if self.solver == "exact" and self.checkpoint is not None and str(self.device) != "cpu":
+            raise ValueError(f"checkpoint is only kept by the CPU exact solver, not on device={self.device!r}")
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
 
@@ -146,6 +153,8 @@ class MWSP(TransformerMixin, BaseEstimator):
 
     def _distances(self, left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.ndarray:
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
+            if self.solver == "exact" and str(self.device) != "cpu":
+                return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
             if self.solver == "exact":
                 return exact_distances(
                     left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update

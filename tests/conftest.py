@@ -31,3 +31,11 @@ def data_root() -> Path:
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("mwsp_cache")
+
+
+@pytest.fixture(scope="session")
+def mutag(data_root, cache_dir):
+    """MUTAG as ``(graphs, y)``, loaded once per session from a scratch copy."""
+    from mwsp_torch import load_tudataset
+
+    return load_tudataset("MUTAG", root=data_root, cache_dir=cache_dir)

@@ -9,11 +9,6 @@ from mwsp_torch import MWSP, load_tudataset, paper_protocol
 from mwsp_torch.cli import main
 
 
-@pytest.fixture(scope="module")
-def mutag(data_root, cache_dir):
-    return load_tudataset("MUTAG", root=data_root, cache_dir=cache_dir)
-
-
 def test_mutag_loads_with_labels(mutag):
     graphs, y = mutag
     assert len(graphs) == 188 and set(np.unique(y)) == {0, 1}
