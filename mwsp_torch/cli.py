@@ -44,7 +44,9 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         default=None,
         help="node label policy (default: the paper's for the dataset)",
     )
-    parser.add_argument("--device", default="cpu", help="torch device for the Sinkhorn solver")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device (Sinkhorn; exact on a non-CPU device: the batched exact engine)"
+    )
     parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
     parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
