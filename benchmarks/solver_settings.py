@@ -25,7 +25,7 @@ from numba import njit, typed  # noqa: E402
 from mwsp_torch import MWSP  # noqa: E402
 from mwsp_torch._simplex import VOGEL_MIN_ARCS, transport_cost  # noqa: E402
 from mwsp_torch.datasets import default_labels, load_dataset  # noqa: E402
-from mwsp_torch.transport import _bank_arrays, _shared_bank, cost_matrix  # noqa: E402
+from mwsp_torch.transport import _bank_arrays, _cancel_pairs, _shared_bank, cost_matrix  # noqa: E402
 
 
 def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
@@ -35,22 +35,18 @@ def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
     support, _ = MWSP(d=d, k=k, labels=default_labels(name))._features(graphs, fitted=False)
     indptr, indices, data = _bank_arrays(_shared_bank(support, support))
     rng = np.random.default_rng(seed)
+    candidates = rng.integers(support.num_graphs, size=(4 * pairs, 2))
+    candidates = candidates[candidates[:, 0] != candidates[:, 1]]
+    pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, _ = _cancel_pairs(
+        candidates, *support.arrays(), *support.arrays()
+    )
     supplies, demands, costs = typed.List(), typed.List(), typed.List()
-    while len(costs) < pairs:
-        g, h = rng.integers(support.num_graphs, size=2)
-        if g == h:
-            continue
-        net: dict[int, int] = {}
-        for graph, other, sign in ((g, h, 1), (h, g, -1)):
-            lo, hi = support.graph_ptr[graph], support.graph_ptr[graph + 1]
-            for row, count in zip(support.support[lo:hi], support.counts[lo:hi], strict=True):
-                net[int(row)] = net.get(int(row), 0) + sign * int(count) * int(support.sizes[other])
-        pos = np.array(sorted(r for r, v in net.items() if v > 0), dtype=np.int64)
-        neg = np.array(sorted(r for r, v in net.items() if v < 0), dtype=np.int64)
-        if len(pos) < 2 or len(neg) < 2:  # forced plans, no simplex
-            continue
-        supplies.append(np.array([net[r] for r in pos], dtype=np.int64))
-        demands.append(np.array([-net[r] for r in neg], dtype=np.int64))
+    # Pairs with one point on a side have forced plans and never reach the simplex.
+    for t in np.flatnonzero((pos_len >= 2) & (neg_len >= 2))[:pairs]:
+        pos = pos_ids[pos_ptr[t] : pos_ptr[t] + pos_len[t]]
+        neg = neg_ids[neg_ptr[t] : neg_ptr[t] + neg_len[t]]
+        supplies.append(pos_mass[pos_ptr[t] : pos_ptr[t] + pos_len[t]].copy())
+        demands.append(neg_mass[neg_ptr[t] : neg_ptr[t] + neg_len[t]].copy())
         costs.append(cost_matrix(indptr, indices, data, pos, neg))
     return supplies, demands, costs
 

@@ -221,19 +221,13 @@ def upper_pairs(n: int) -> np.ndarray:
     return np.stack([i, j], axis=1)
 
 
-@njit(cache=True, nogil=True)
-def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
-    """Exact W between two collapsed graphs sharing one row bank.
+@njit(cache=True, nogil=True, inline="always")
+def _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass):
+    """Net integer masses ``count * other size`` of two sorted supports, shared mass cancelled.
 
-    W1 with a metric ground cost depends only on ``a - b`` (Kantorovich-Rubinstein),
-    so mass on rows both graphs carry cancels exactly; what is left is a smaller
-    transportation problem between disjoint point sets, in integer masses
-    (``count * other graph's size``).
+    Writes the rows left on each side into the four output arrays (sized ``len(sa)`` and
+    ``len(sb)``) and returns how many there are, ``(n_pos, n_neg)``.
     """
-    pos_ids = np.empty(sa.shape[0], dtype=np.int64)
-    pos_mass = np.empty(sa.shape[0], dtype=np.int64)
-    neg_ids = np.empty(sb.shape[0], dtype=np.int64)
-    neg_mass = np.empty(sb.shape[0], dtype=np.int64)
     n_pos = 0
     n_neg = 0
     i = 0
@@ -260,6 +254,23 @@ def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
             neg_ids[n_neg] = row
             neg_mass[n_neg] = -net
             n_neg += 1
+    return n_pos, n_neg
+
+
+@njit(cache=True, nogil=True)
+def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
+    """Exact W between two collapsed graphs sharing one row bank.
+
+    W1 with a metric ground cost depends only on ``a - b`` (Kantorovich-Rubinstein),
+    so mass on rows both graphs carry cancels exactly; what is left is a smaller
+    transportation problem between disjoint point sets, in integer masses
+    (``count * other graph's size``).
+    """
+    pos_ids = np.empty(sa.shape[0], dtype=np.int64)
+    pos_mass = np.empty(sa.shape[0], dtype=np.int64)
+    neg_ids = np.empty(sb.shape[0], dtype=np.int64)
+    neg_mass = np.empty(sb.shape[0], dtype=np.int64)
+    n_pos, n_neg = _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass)
     if n_pos == 0:
         return 0.0
     cost = np.empty((n_pos, n_neg), dtype=np.float64)
@@ -535,9 +546,9 @@ def _padded(supports, local, dense):
     return points, weights
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _cancel_pairs(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size):
-    """Per pair, the rows left after cancelling shared mass, as in :func:`_pair_distance`.
+    """Per pair, the rows left after cancelling shared mass (:func:`_cancel`).
 
     Returns ``(pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale)``:
     pair ``t``'s supplies are ``pos_*[pos_ptr[t] : pos_ptr[t] + pos_len[t]]`` (likewise
@@ -558,31 +569,22 @@ def _cancel_pairs(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_siz
     pos_len = np.zeros(num, dtype=np.int64)
     neg_len = np.zeros(num, dtype=np.int64)
     scale = np.empty(num, dtype=np.int64)
-    for t in range(num):
+    for t in prange(num):
         g, h = pairs[t, 0], pairs[t, 1]
-        na, nb = l_size[g], r_size[h]
-        scale[t] = na * nb
-        i, i_end = l_ptr[g], l_ptr[g + 1]
-        j, j_end = r_ptr[h], r_ptr[h + 1]
-        while i < i_end or j < j_end:
-            if j == j_end or (i < i_end and l_sup[i] < r_sup[j]):
-                net, row = l_cnt[i] * nb, l_sup[i]
-                i += 1
-            elif i == i_end or r_sup[j] < l_sup[i]:
-                net, row = -r_cnt[j] * na, r_sup[j]
-                j += 1
-            else:
-                net, row = l_cnt[i] * nb - r_cnt[j] * na, l_sup[i]
-                i += 1
-                j += 1
-            if net > 0:
-                pos_ids[pos_ptr[t] + pos_len[t]] = row
-                pos_mass[pos_ptr[t] + pos_len[t]] = net
-                pos_len[t] += 1
-            elif net < 0:
-                neg_ids[neg_ptr[t] + neg_len[t]] = row
-                neg_mass[neg_ptr[t] + neg_len[t]] = -net
-                neg_len[t] += 1
+        scale[t] = l_size[g] * r_size[h]
+        p_lo, q_lo = pos_ptr[t], neg_ptr[t]
+        pos_len[t], neg_len[t] = _cancel(
+            l_sup[l_ptr[g] : l_ptr[g + 1]],
+            l_cnt[l_ptr[g] : l_ptr[g + 1]],
+            l_size[g],
+            r_sup[r_ptr[h] : r_ptr[h + 1]],
+            r_cnt[r_ptr[h] : r_ptr[h + 1]],
+            r_size[h],
+            pos_ids[p_lo : pos_ptr[t + 1]],
+            pos_mass[p_lo : pos_ptr[t + 1]],
+            neg_ids[q_lo : neg_ptr[t + 1]],
+            neg_mass[q_lo : neg_ptr[t + 1]],
+        )
     return pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale
 
 
