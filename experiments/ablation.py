@@ -39,23 +39,23 @@ def graph_feature_distances(graphs, labels, d, k) -> np.ndarray:
 
 
 def sp_kernel(graphs, labels) -> np.ndarray:
-    triples, counts, owner = [], [], []
+    keys, counts, owner = [], [], []
     for g, (lab, dist) in enumerate(hop_distances(graphs, labels)):
         iu, ju = np.triu_indices(len(lab), 1)
         length = dist[iu, ju]
         finite = np.isfinite(length)
-        low = np.minimum(lab[iu], lab[ju])[finite]
-        high = np.maximum(lab[iu], lab[ju])[finite]
-        # Distinct (label u, label v, distance) triples counted per graph before
+        low = np.minimum(lab[iu], lab[ju])[finite].astype(np.int64)
+        high = np.maximum(lab[iu], lab[ju])[finite].astype(np.int64)
+        length = length[finite].astype(np.int64)
+        if len(low) and max(high.max(), length.max()) >= 1 << 21:
+            raise ValueError(f"graph {g}: labels or path lengths of 2^21 or more do not fit the triple key")
+        # One exact int64 per (label u, label v, distance) triple, counted per graph before
         # concatenating: REDDIT-BINARY's 3,000-node graphs made the raw triples outgrow 24 GB.
-        triple, count = np.unique(
-            np.stack([low, high, length[finite].astype(np.int64)], axis=1).reshape(-1, 3), axis=0, return_counts=True
-        )
-        triples.append(triple)
+        key, count = np.unique((low << 42) | (high << 21) | length, return_counts=True)
+        keys.append(key)
         counts.append(count)
-        owner.append(np.full(len(triple), g))
-    # One column per distinct triple, exact (no hashing).
-    vocab, cols = np.unique(np.concatenate(triples), axis=0, return_inverse=True)
+        owner.append(np.full(len(key), g))
+    vocab, cols = np.unique(np.concatenate(keys), return_inverse=True)
     phi = sp.csr_matrix(
         (np.concatenate(counts).astype(np.float64), (np.concatenate(owner), cols.reshape(-1))),
         shape=(len(graphs), len(vocab)),
