@@ -21,7 +21,7 @@ import scipy.sparse as sp  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
 from mwsp_torch.cache import cached_distances  # noqa: E402
-from mwsp_torch.datasets import TU_DATASETS, default_labels, load_dataset  # noqa: E402
+from mwsp_torch.datasets import TU_DATASETS, default_labels, load_dataset, resolve_cache_dir  # noqa: E402
 from mwsp_torch.evaluation import max_folds  # noqa: E402
 from mwsp_torch.labels import to_graph_set  # noqa: E402
 
@@ -115,9 +115,20 @@ def take_subset(name: str, graphs, y, size: int, seed: int = 0):
 
 
 def distances(name: str, graphs, labels: str, d: int, k: int, n_jobs: int = 2, progress: bool = True):
-    """Cached W for one setting, and the seconds the run that computed it took."""
+    """Cached W for one setting, and the seconds the run that computed it took.
+
+    While a matrix is being computed its finished tiles are kept under the cache
+    directory's ``tiles/``, so a killed run started again resumes (REDDIT-BINARY at
+    d=3 takes hours here); they are deleted once the matrix is cached.
+    """
+    import shutil
+
     start = time.perf_counter()
-    w, timings = cached_distances(graphs, name, d, k, labels=labels, n_jobs=n_jobs, progress=progress)
+    tiles = resolve_cache_dir(None) / "tiles" / f"{name}-d{d}-k{k}"
+    w, timings = cached_distances(
+        graphs, name, d, k, labels=labels, n_jobs=n_jobs, checkpoint=str(tiles), progress=progress
+    )
+    shutil.rmtree(tiles, ignore_errors=True)
     seconds = timings["features"] + timings["transport"] if timings["cached"] else time.perf_counter() - start
     return w, seconds
 
