@@ -56,10 +56,19 @@ def batched_transport_cost(supply: torch.Tensor, demand: torch.Tensor, cost: tor
     if cost.shape != (batch, m, n) or demand.shape[0] != batch:
         raise ValueError(f"shapes disagree: supply {tuple(supply.shape)}, demand {tuple(demand.shape)}, "
                          f"cost {tuple(cost.shape)}")  # fmt: skip
+    if supply.dtype != torch.int64 or demand.dtype != torch.int64:
+        raise ValueError(f"masses must be int64 tensors, got {supply.dtype} and {demand.dtype}")
+    if not cost.dtype.is_floating_point:
+        raise ValueError(f"costs must be a floating-point tensor, got {cost.dtype}")
     if batch and ((supply <= 0).any() or (demand <= 0).any()):
         raise ValueError("every mass must be > 0")
     if batch and (supply.sum(1) != demand.sum(1)).any():
         raise ValueError("supply and demand totals differ")
+    if batch and not bool(torch.isfinite(cost).all()):
+        raise ValueError("costs must be finite")
+    # Flows are stored as units * (2m + 1) + eps-multiples in one int64.
+    if batch and int(supply.sum(1).max()) > (torch.iinfo(torch.int64).max - m) // (2 * m + 1):
+        raise ValueError(f"total mass {int(supply.sum(1).max())} too large for int64 flow keys with m={m}")
     device = cost.device
     out = torch.zeros(batch, dtype=torch.float64, device=device)
     if batch == 0:
@@ -179,7 +188,11 @@ def _iterate(state: _State, out: torch.Tensor) -> None:
     m, n = state.m, state.n
     scale = state.cost.abs().reshape(state.cost.shape[0], -1).amax(1)
     tol = 1e-14 * torch.clamp(scale, min=1e-300)
-    while state.index.numel():
+    # Every pivot strictly improves a non-degenerate basis, so this many is a bug, not a hard problem.
+    cap = 50 * (m + n) ** 2 + 1000
+    for _ in range(cap):
+        if not state.index.numel():
+            return
         batch, nodes = state.parent.shape
         device = state.cost.device
         rows = torch.arange(batch, device=device)
@@ -198,6 +211,8 @@ def _iterate(state: _State, out: torch.Tensor) -> None:
             rows = torch.arange(batch, device=device)
             pot, depth, arc = pot[keep], depth[keep], arc[keep]
         _pivot(state, rows, arc // n, m + arc % n, depth)
+    if state.index.numel():
+        raise RuntimeError(f"batched simplex did not finish {state.index.numel()} problems in {cap} pivots")
 
 
 def _pivot(state: _State, rows, enter_p, enter_q, depth) -> None:

@@ -604,8 +604,9 @@ def batched_exact_distances(
     a few shapes (next multiple of ``pad_to`` above each side's size, default 4), so
     that batches are large: dummy supplies of ``N - n`` units each and dummy demands
     of ``M - m`` units each (equal totals) trade at cost 0 among themselves and at
-    ``2 max(cost) + 1`` with real points, which no optimal plan pays for, so the optimum
-    is the real problem's. Each padded shape is solved ``batch_size`` problems at a time.
+    ``3 max(cost)`` (1 if all costs are 0) with real points: a plan moving ``F`` units
+    across pays at least ``6 max F`` where keeping them apart costs at most ``max F``, so
+    the optimum is the real problem's. Each padded shape is solved ``batch_size`` problems at a time.
     Ground costs come from one table of all row-to-row distances built on ``device`` by
     matrix products (``|a|^2 + |b|^2 - 2 a.b``, clamped at 0; after cancellation no
     row meets itself, and distinct rows of MWSP maps differ by far more than the
@@ -618,7 +619,9 @@ def batched_exact_distances(
         left, right, pairs, progress: as in :func:`exact_distances`.
         device (str): torch device (default ``"cpu"``).
         batch_size (int): problems per batch (default ``32768``).
-        table_bytes (int): the most bytes the distance table and the dense rows may take.
+        table_bytes (int): the most bytes the distance table, the dense rows (each
+            checked alone) and one batch's cost tensor may take; batches of large
+            padded shapes are cut smaller than ``batch_size`` to fit.
         pad_to (int): granularity of the padded shapes (default ``4``).
 
     Returns:
@@ -657,8 +660,9 @@ def batched_exact_distances(
         if len(bucket) == 0:
             continue
         big_m, big_n = int(rows_to[bucket[0]]), int(cols_to[bucket[0]])
-        for lo in range(0, len(bucket) if big_m else 0, batch_size):
-            chunk = bucket[lo : lo + batch_size]
+        step = max(1, min(batch_size, table_bytes // max(1, big_m * big_n * 8)))
+        for lo in range(0, len(bucket) if big_m else 0, step):
+            chunk = bucket[lo : lo + step]
             supply, demand, cost = _padded_problems(
                 chunk, big_m, big_n, pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, table
             )
@@ -690,6 +694,9 @@ def _padded_problems(
     rq = torch.from_numpy(real_q).to(device)[:, None, :]
     real = rp & rq
     cost = torch.where(real, cost, torch.zeros_like(cost))
-    wall = 2.0 * cost.reshape(len(chunk), -1).amax(1) + 1.0
+    # Dummy-real costs: above every real cost, and on the real costs' scale (the solver's
+    # tolerance is relative to the largest cost; a +1 would swamp costs far below 1).
+    largest = cost.reshape(len(chunk), -1).amax(1)
+    wall = torch.where(largest > 0, 3.0 * largest, torch.ones_like(largest))
     cost = torch.where(rp ^ rq, wall[:, None, None].expand_as(cost), cost)
     return torch.from_numpy(supply).to(device), torch.from_numpy(demand).to(device), cost

@@ -196,3 +196,32 @@ def test_batched_engine_refuses_bad_input():
         batched_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), table_bytes=8)
     with pytest.raises(ValueError, match="checkpoint is only kept"):
         MWSP(device="cuda", checkpoint="somewhere").fit(graphs)
+
+
+def test_batched_simplex_on_costs_far_below_one(mutag):
+    """Padding must not swamp tiny costs: the dummies' wall scales with the costs
+    (a wall of 2 max + 1 made MUTAG's W at this scale 125 % off)."""
+    from mwsp_torch.transport import batched_exact_distances
+
+    model = MWSP(d=3, k=1).fit(mutag[0][:30])
+    support = model.support_
+    tiny = type(support)(support.rows * 1e-15, support.graph_ptr, support.support, support.counts, support.sizes)
+    pairs = upper_pairs(support.num_graphs)
+    got = batched_exact_distances(tiny, tiny, pairs, pad_to=4)
+    np.testing.assert_allclose(got, 1e-15 * model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-9, atol=0)
+
+
+def test_batched_simplex_refuses_what_it_cannot_solve():
+    import torch
+
+    from mwsp_torch._batched_simplex import batched_transport_cost
+
+    big = 2**61  # units * (2m + 1) would overflow the int64 flow keys
+    supply = torch.tensor([[big, big, 1, 1]])
+    with pytest.raises(ValueError, match="too large for int64"):
+        batched_transport_cost(supply, supply.flip(1), torch.zeros((1, 4, 4), dtype=torch.float64))
+    one = torch.ones((1, 2), dtype=torch.int64)
+    with pytest.raises(ValueError, match="finite"):
+        batched_transport_cost(one, one, torch.full((1, 2, 2), float("nan"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="int64"):
+        batched_transport_cost(one.int(), one.int(), torch.zeros((1, 2, 2), dtype=torch.float64))
