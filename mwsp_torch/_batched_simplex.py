@@ -62,13 +62,14 @@ def batched_transport_cost(supply: torch.Tensor, demand: torch.Tensor, cost: tor
         raise ValueError(f"costs must be a floating-point tensor, got {cost.dtype}")
     if batch and ((supply <= 0).any() or (demand <= 0).any()):
         raise ValueError("every mass must be > 0")
-    if batch and (supply.sum(1) != demand.sum(1)).any():
+    totals = supply.sum(1)
+    if batch and (totals != demand.sum(1)).any():
         raise ValueError("supply and demand totals differ")
     if batch and not bool(torch.isfinite(cost).all()):
         raise ValueError("costs must be finite")
     # Flows are stored as units * (2m + 1) + eps-multiples in one int64.
-    if batch and int(supply.sum(1).max()) > (torch.iinfo(torch.int64).max - m) // (2 * m + 1):
-        raise ValueError(f"total mass {int(supply.sum(1).max())} too large for int64 flow keys with m={m}")
+    if batch and int(totals.max()) > (torch.iinfo(torch.int64).max - m) // (2 * m + 1):
+        raise ValueError(f"total mass {int(totals.max())} too large for int64 flow keys with m={m}")
     device = cost.device
     out = torch.zeros(batch, dtype=torch.float64, device=device)
     if batch == 0:
@@ -83,18 +84,21 @@ def batched_transport_cost(supply: torch.Tensor, demand: torch.Tensor, cost: tor
 
 
 class _State:
-    """The batch's problems still being solved, and where each one's answer goes."""
+    """The batch's problems still being solved, where each one's answer goes, and its
+    pricing tolerance (relative to its largest cost)."""
 
     def __init__(self, cost, parent, flow, index, m, n, key_scale):
         self.cost, self.parent, self.flow, self.index = cost, parent, flow, index
         self.m, self.n, self.key_scale = m, n, key_scale
+        self.tol = 1e-14 * cost.abs().reshape(cost.shape[0], -1).amax(1).clamp(min=1e-300)
 
     def keep(self, rows: torch.Tensor) -> None:
-        self.cost, self.parent, self.flow, self.index = (
+        self.cost, self.parent, self.flow, self.index, self.tol = (
             self.cost[rows],
             self.parent[rows],
             self.flow[rows],
             self.index[rows],
+            self.tol[rows],
         )
 
 
@@ -128,22 +132,16 @@ def _start(supply, demand, cost) -> _State:
     rem_s = s_key[:, 0].clone()
     rem_d = d_key[:, 0].clone()
     parent[:, m] = 0  # first arc (0, 0): demand 0 hangs below supply 0, the root
-    first = True
-    for _ in range(m + n - 1):
-        if not first:
-            row_done = rem_s < rem_d  # non-degenerate: never equal before the last arc
-            new_node = torch.where(row_done, i + 1, m + j + 1)
-            new_parent = torch.where(row_done, m + j, i)
-            parent[rows, new_node] = new_parent
-            moved = torch.minimum(rem_s, rem_d)
-            i = torch.where(row_done, i + 1, i)
-            j = torch.where(row_done, j, j + 1)
-            rem_s = torch.where(row_done, s_key[rows, i.clamp(max=m - 1)], rem_s - moved)
-            rem_d = torch.where(row_done, rem_d - moved, d_key[rows, j.clamp(max=n - 1)])
-            child = new_node
-        else:
-            child = torch.full_like(i, m)
-            first = False
+    flow[:, m] = torch.minimum(rem_s, rem_d)
+    for _ in range(m + n - 2):
+        row_done = rem_s < rem_d  # non-degenerate: never equal before the last arc
+        child = torch.where(row_done, i + 1, m + j + 1)
+        parent[rows, child] = torch.where(row_done, m + j, i)
+        moved = torch.minimum(rem_s, rem_d)
+        i = torch.where(row_done, i + 1, i)
+        j = torch.where(row_done, j, j + 1)
+        rem_s = torch.where(row_done, s_key[rows, i.clamp(max=m - 1)], rem_s - moved)
+        rem_d = torch.where(row_done, rem_d - moved, d_key[rows, j.clamp(max=n - 1)])
         flow[rows, child] = torch.minimum(rem_s, rem_d)
     parent[:, 0] = 0  # the root is its own parent
     parent[:, -1] = nodes - 1
@@ -186,40 +184,30 @@ def _potentials(state: _State) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _iterate(state: _State, out: torch.Tensor) -> None:
     m, n = state.m, state.n
-    scale = state.cost.abs().reshape(state.cost.shape[0], -1).amax(1)
-    tol = 1e-14 * torch.clamp(scale, min=1e-300)
     # Every pivot strictly improves a non-degenerate basis, so this many is a bug, not a hard problem.
     cap = 50 * (m + n) ** 2 + 1000
     for _ in range(cap):
-        if not state.index.numel():
-            return
-        batch, nodes = state.parent.shape
-        device = state.cost.device
-        rows = torch.arange(batch, device=device)
         pot, depth = _potentials(state)
         reduced = state.cost - pot[:, :m, None] - pot[:, None, m : m + n]
-        best, arc = reduced.reshape(batch, -1).min(1)
-        finished = best >= -tol
+        best, arc = reduced.reshape(reduced.shape[0], -1).min(1)
+        finished = best >= -state.tol
         if bool(finished.any()):
             _finish(state, out, finished)
             keep = ~finished
             state.keep(keep)
-            tol = tol[keep]
             if not state.index.numel():
                 return
-            batch = state.index.numel()
-            rows = torch.arange(batch, device=device)
-            pot, depth, arc = pot[keep], depth[keep], arc[keep]
-        _pivot(state, rows, arc // n, m + arc % n, depth)
-    if state.index.numel():
-        raise RuntimeError(f"batched simplex did not finish {state.index.numel()} problems in {cap} pivots")
+            depth, arc = depth[keep], arc[keep]
+        _pivot(state, arc // n, m + arc % n, depth)
+    raise RuntimeError(f"batched simplex did not finish {state.index.numel()} problems in {cap} pivots")
 
 
-def _pivot(state: _State, rows, enter_p, enter_q, depth) -> None:
+def _pivot(state: _State, enter_p, enter_q, depth) -> None:
     parent, flow = state.parent, state.flow
     batch, nodes = parent.shape
     m = state.m
     device = parent.device
+    rows = torch.arange(batch, device=device)
     # Mark the paths of both endpoints up to the root; the cycle is their symmetric difference.
     on_p = torch.zeros((batch, nodes), dtype=torch.bool, device=device)
     on_q = torch.zeros((batch, nodes), dtype=torch.bool, device=device)

@@ -289,23 +289,21 @@ def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
     return transport_cost(pos_mass[:n_pos], neg_mass[:n_neg], cost) / (na * nb)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pair_supports(g, h, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size):
+    """``(support, counts, size)`` of graph ``g`` of the left set, then of graph ``h`` of the right."""
+    lo, hi = l_ptr[g], l_ptr[g + 1]
+    r_lo, r_hi = r_ptr[h], r_ptr[h + 1]
+    return l_sup[lo:hi], l_cnt[lo:hi], l_size[g], r_sup[r_lo:r_hi], r_cnt[r_lo:r_hi], r_size[h]
+
+
 @njit(cache=True, parallel=True)
 def _pairs_kernel(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, out):
     for t in prange(pairs.shape[0]):
-        g = pairs[t, 0]
-        h = pairs[t, 1]
-        out[t] = _pair_distance(
-            l_sup[l_ptr[g] : l_ptr[g + 1]],
-            l_cnt[l_ptr[g] : l_ptr[g + 1]],
-            l_size[g],
-            r_sup[r_ptr[h] : r_ptr[h + 1]],
-            r_cnt[r_ptr[h] : r_ptr[h + 1]],
-            r_size[h],
-            indptr,
-            indices,
-            data,
-            table,
+        sa, ca, na, sb, cb, nb = _pair_supports(
+            pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
         )
+        out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table)
 
 
 @njit(cache=True, parallel=True)
@@ -570,16 +568,18 @@ def _cancel_pairs(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_siz
     neg_len = np.zeros(num, dtype=np.int64)
     scale = np.empty(num, dtype=np.int64)
     for t in prange(num):
-        g, h = pairs[t, 0], pairs[t, 1]
-        scale[t] = l_size[g] * r_size[h]
+        sa, ca, na, sb, cb, nb = _pair_supports(
+            pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
+        )
+        scale[t] = na * nb
         p_lo, q_lo = pos_ptr[t], neg_ptr[t]
         pos_len[t], neg_len[t] = _cancel(
-            l_sup[l_ptr[g] : l_ptr[g + 1]],
-            l_cnt[l_ptr[g] : l_ptr[g + 1]],
-            l_size[g],
-            r_sup[r_ptr[h] : r_ptr[h + 1]],
-            r_cnt[r_ptr[h] : r_ptr[h + 1]],
-            r_size[h],
+            sa,
+            ca,
+            na,
+            sb,
+            cb,
+            nb,
             pos_ids[p_lo : pos_ptr[t + 1]],
             pos_mass[p_lo : pos_ptr[t + 1]],
             neg_ids[q_lo : neg_ptr[t + 1]],
@@ -685,10 +685,11 @@ def _padded_problems(
     p_at = np.where(real_p, pos_ptr[chunk][:, None] + np.arange(big_m), 0)
     q_at = np.where(real_q, neg_ptr[chunk][:, None] + np.arange(big_n), 0)
     # Dummies: each dummy supply N - n units, each dummy demand M - m units.
-    supply = np.where(real_p, pos_mass[p_at] if len(pos_mass) else 0, (big_n - n)[:, None])
-    demand = np.where(real_q, neg_mass[q_at] if len(neg_mass) else 0, (big_m - m)[:, None])
-    p_ids = torch.from_numpy(np.where(real_p, pos_ids[p_at] if len(pos_ids) else 0, 0)).to(device)
-    q_ids = torch.from_numpy(np.where(real_q, neg_ids[q_at] if len(neg_ids) else 0, 0)).to(device)
+    # (Called only for shapes with points on both sides, so the index arrays are not empty.)
+    supply = np.where(real_p, pos_mass[p_at], (big_n - n)[:, None])
+    demand = np.where(real_q, neg_mass[q_at], (big_m - m)[:, None])
+    p_ids = torch.from_numpy(np.where(real_p, pos_ids[p_at], 0)).to(device)
+    q_ids = torch.from_numpy(np.where(real_q, neg_ids[q_at], 0)).to(device)
     cost = table[p_ids[:, :, None], q_ids[:, None, :]]
     rp = torch.from_numpy(real_p).to(device)[:, :, None]
     rq = torch.from_numpy(real_q).to(device)[:, None, :]
