@@ -52,7 +52,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         device (str): torch device (default ``"cpu"``). Sinkhorn runs on it; exact
             distances on ``"cpu"`` come from the compiled CPU solver, on any other
             device from the batched exact engine (``transport.batched_exact_distances``,
-            for datasets of small graphs; no checkpoints).
+            for datasets of small graphs; no checkpoints). ``"cpu:0"`` runs that engine
+            on CPU tensors, as the tests do.
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower

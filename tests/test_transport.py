@@ -10,7 +10,8 @@ from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simplex import transport_cost
 from mwsp_torch.transport import exact_distances, pot_distances, upper_pairs
 
-from conftest import make_data
+from conftest import DEVICES, make_data
+from reference import distance_matrix
 
 
 def _check(counts_a, counts_b, cost):
@@ -106,11 +107,8 @@ def test_checkpoint_is_keyed_by_inputs(tmp_path):
     np.testing.assert_array_equal(MWSP(d=3, k=1, checkpoint=str(tmp_path)).fit(graphs).distances_, b)
 
 
-def test_sinkhorn_buckets_and_backends_agree():
-    """Size buckets reorder pairs internally: results must come back in the caller's order,
-    equal to one-pair-at-a-time, and the pykeops online backend must equal the tensorized one."""
-    from mwsp_torch.transport import sinkhorn_distances
-
+def _sinkhorn_case():
+    """Seven small graphs of several sizes (two identical), their support set and pairs in reverse order."""
     rng = np.random.default_rng(4)
     graphs = []
     for size in (5, 9, 6, 12, 7, 9):
@@ -118,19 +116,65 @@ def test_sinkhorn_buckets_and_backends_agree():
         graphs.append(make_data(size, edges, rng.integers(0, 3, size)))
     graphs.append(graphs[1])  # a pair at distance 0 (a zero-diameter batch of one)
     support = MWSP(d=2, k=1).fit(graphs).support_
-    pairs = upper_pairs(support.num_graphs)[::-1].copy()  # not in size order
-    batched = sinkhorn_distances(support, support, pairs, blur=0.05, scaling=0.9, batch_size=4)
-    one_by_one = np.array(
-        [sinkhorn_distances(support, support, pairs[t : t + 1], blur=0.05, scaling=0.9)[0] for t in range(len(pairs))]
-    )
-    np.testing.assert_allclose(batched, one_by_one, rtol=1e-6, atol=1e-9)
-    online = sinkhorn_distances(support, support, pairs, blur=0.05, scaling=0.9, backend="online")
+    return support, upper_pairs(support.num_graphs)[::-1].copy()  # not in size order
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinkhorn_online_equals_tensorized(device):
+    from mwsp_torch.transport import sinkhorn_distances
+
+    support, pairs = _sinkhorn_case()
+    options = dict(blur=0.05, scaling=0.9, device=device, batch_size=4)
+    tensorized = sinkhorn_distances(support, support, pairs, backend="tensorized", **options)
+    online = sinkhorn_distances(support, support, pairs, backend="online", **options)
     # KeOps's p=1 cost is smoothed at zero distance: measured here, online is 1.0e-4 above tensorized.
-    np.testing.assert_allclose(online, batched, rtol=0, atol=2e-4)
+    np.testing.assert_allclose(online, tensorized, rtol=0, atol=2e-4)
+    assert np.abs(online - tensorized).max() > 0  # the online backend really ran (KeOps, not torch)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinkhorn_buckets_and_backends_agree(device):
+    """Size buckets reorder pairs internally: results must come back in the caller's order,
+    equal to one-pair-at-a-time; the fused backend must give geomloss's value (1e-9) and
+    geomloss's tensorized one."""
+    from mwsp_torch.transport import sinkhorn_distances
+
+    support, pairs = _sinkhorn_case()
+    options = dict(blur=0.05, scaling=0.9, device=device)
+    tensorized = sinkhorn_distances(support, support, pairs, batch_size=4, backend="tensorized", **options)
+    one_by_one = np.array(
+        [
+            sinkhorn_distances(support, support, pairs[t : t + 1], backend="tensorized", **options)[0]
+            for t in range(len(pairs))
+        ]
+    )
+    np.testing.assert_allclose(tensorized, one_by_one, rtol=1e-6, atol=1e-9)
+    fused = sinkhorn_distances(support, support, pairs, batch_size=4, backend="fused", **options)
+    np.testing.assert_allclose(fused, tensorized, rtol=1e-9, atol=1e-12)
+    # Batches of one pair and of all pairs give the same values.
+    whole = sinkhorn_distances(support, support, pairs, backend="fused", **options)
+    np.testing.assert_allclose(whole, fused, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(sinkhorn_distances(support, support, pairs, **options), whole)  # auto: fused
     exact = exact_distances(support, support, pairs)
-    assert np.all(np.abs(batched - exact) <= 0.05 * exact + 1e-3)  # an approximation of W, not garbage
+    assert np.all(np.abs(fused - exact) <= 0.05 * exact + 1e-3)  # an approximation of W, not garbage
     with pytest.raises(ValueError, match="backend must be one of"):
         sinkhorn_distances(support, support, pairs, backend="keops")
+    with pytest.raises(ValueError, match="use backend='tensorized' or 'online'"):
+        sinkhorn_distances(support, support, pairs, backend="fused", max_bytes=64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_sinkhorn_equals_geomloss_on_mutag(mutag, device):
+    """On real MWSP rows, both blurs ends of the range: the fused loop is geomloss's."""
+    from mwsp_torch.transport import sinkhorn_distances
+
+    support = MWSP(d=3, k=1).fit(mutag[0][:25]).support_
+    pairs = upper_pairs(support.num_graphs)
+    for blur, scaling in ((0.1, 0.9), (0.005, 0.95)):
+        options = dict(blur=blur, scaling=scaling, device=device)
+        expected = sinkhorn_distances(support, support, pairs, backend="tensorized", **options)
+        got = sinkhorn_distances(support, support, pairs, backend="fused", **options)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
 
 @settings(max_examples=80, deadline=None)
@@ -141,7 +185,8 @@ def test_sinkhorn_buckets_and_backends_agree():
     st.integers(0, 2**32 - 1),
     st.sampled_from(["random", "ties", "points"]),
 )
-def test_batched_simplex_equals_pot(m, n, batch, seed, kind):
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_simplex_equals_pot(device, m, n, batch, seed, kind):
     """The torch batched solver (the GPU engine's logic, here on CPU tensors) against POT."""
     import torch
 
@@ -159,21 +204,24 @@ def test_batched_simplex_equals_pot(m, n, batch, seed, kind):
         points = [(rng.integers(0, 3, (m, 3)), rng.integers(0, 3, (n, 3))) for _ in range(batch)]
         cost = np.stack([ot.dist(a.astype(float), b.astype(float), "euclidean") for a, b in points])
     got = batched_transport_cost(
-        torch.from_numpy(counts_a * nb[:, None]), torch.from_numpy(counts_b * na[:, None]), torch.from_numpy(cost)
-    ).numpy() / (na * nb)
+        torch.from_numpy(counts_a * nb[:, None]).to(device),
+        torch.from_numpy(counts_b * na[:, None]).to(device),
+        torch.from_numpy(cost).to(device),
+    ).cpu().numpy() / (na * nb)
     expected = np.array([ot.emd2(counts_a[b] / na[b], counts_b[b] / nb[b], cost[b]) for b in range(batch)])
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("d", "k", "pad_to"), [(2, 0, 4), (3, 1, 4), (3, 1, 8)])
-def test_batched_engine_equals_compiled_engine(mutag, d, k, pad_to):
+def test_batched_engine_equals_compiled_engine(mutag, d, k, pad_to, device):
     """Cancellation, padded buckets and GEMM-built costs: the batched engine gives the compiled engine's W."""
     from mwsp_torch.transport import batched_exact_distances
 
     graphs = mutag[0][:30]
     model = MWSP(d=d, k=k).fit(graphs)
     pairs = upper_pairs(len(graphs))
-    got = batched_exact_distances(model.support_, model.support_, pairs, batch_size=64, pad_to=pad_to)
+    got = batched_exact_distances(model.support_, model.support_, pairs, batch_size=64, pad_to=pad_to, device=device)
     np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-9, atol=1e-14)
 
 
@@ -198,7 +246,8 @@ def test_batched_engine_refuses_bad_input():
         MWSP(device="cuda", checkpoint="somewhere").fit(graphs)
 
 
-def test_batched_simplex_on_costs_far_below_one(mutag):
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_simplex_on_costs_far_below_one(mutag, device):
     """Padding must not swamp tiny costs: the dummies' wall scales with the costs
     (a wall of 2 max + 1 made MUTAG's W at this scale 125 % off)."""
     from mwsp_torch.transport import batched_exact_distances
@@ -207,7 +256,7 @@ def test_batched_simplex_on_costs_far_below_one(mutag):
     support = model.support_
     tiny = type(support)(support.rows * 1e-15, support.graph_ptr, support.support, support.counts, support.sizes)
     pairs = upper_pairs(support.num_graphs)
-    got = batched_exact_distances(tiny, tiny, pairs, pad_to=4)
+    got = batched_exact_distances(tiny, tiny, pairs, pad_to=4, device=device)
     np.testing.assert_allclose(got, 1e-15 * model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-9, atol=0)
 
 
@@ -225,3 +274,22 @@ def test_batched_simplex_refuses_what_it_cannot_solve():
         batched_transport_cost(one, one, torch.full((1, 2, 2), float("nan"), dtype=torch.float64))
     with pytest.raises(ValueError, match="int64"):
         batched_transport_cost(one.int(), one.int(), torch.zeros((1, 2, 2), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("device", ["cpu:0" if d == "cpu" else d for d in DEVICES])
+def test_estimator_on_a_device_matches_reference(device):
+    """``MWSP(device=...)`` routes exact fit and transform through the batched engine
+    (``"cpu:0"`` is not ``"cpu"``, so on CI it runs on CPU tensors); both must equal the
+    reference implementation."""
+    train = [
+        (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [0, 1, 0, 1]),
+        (5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2)], [0, 0, 1, 1, 0]),
+        (3, [(0, 1), (1, 2)], [1, 0, 1]),
+        (6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)], [2, 0, 1, 0, 1, 2]),
+    ]
+    new = [(4, [(0, 1), (1, 2), (2, 3)], [5, 1, 0, 5]), (5, [(0, 1), (0, 2), (0, 3), (0, 4)], [0, 1, 1, 2, 2])]
+    model = MWSP(d=3, k=1, device=device).fit([make_data(*g) for g in train])
+    full = distance_matrix(train + new, 3, 1, "split")
+    np.testing.assert_allclose(model.distances_, full[: len(train), : len(train)], rtol=1e-9, atol=1e-12)
+    cross = model.cross_distances([make_data(*g) for g in new])
+    np.testing.assert_allclose(cross, full[len(train) :, : len(train)], rtol=1e-9, atol=1e-12)
