@@ -580,6 +580,19 @@ def _padded_width(sizes: np.ndarray, pad_to: int = 4) -> np.ndarray:
     return -(-sizes // pad_to) * pad_to
 
 
+def _triton_kernels(table):
+    """:mod:`mwsp_torch._triton_sinkhorn` for a CUDA table (or under Triton's interpreter,
+    ``TRITON_INTERPRET=1``, as the tests run it on CPU tensors) when Triton is installed;
+    else ``None``: the torch loop, same values, slower."""
+    if not (table.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+        return None
+    try:
+        from mwsp_torch import _triton_sinkhorn
+    except ImportError:
+        return None
+    return _triton_sinkhorn
+
+
 def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress):
     """``sinkhorn_distances`` with the ``"fused"`` backend (:mod:`mwsp_torch._batched_sinkhorn`)."""
     import torch
@@ -595,7 +608,8 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
         )
     eps_list = epsilon_schedule(diameter, blur, scaling)
     table = _distance_table(bank, device, floor=1e-8)  # geomloss's p=1 cost
-    per_entry = 8 * 6  # the cost tensor and the loop's temporaries, float64
+    kernels = _triton_kernels(table)
+    per_entry = 0 if kernels else 8 * 6  # the cost tensor and the torch loop's temporaries, float64
 
     def ids_and_mass(sset, graphs, width):
         ids, mass = _graph_batch(sset, graphs, width)
@@ -612,8 +626,11 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
             for lo in range(0, len(bucket) if w else 0, step):
                 chunk = bucket[lo : lo + step]
                 ids, mass = ids_and_mass(sset, graphs[chunk], w)
-                cost = table[ids[:, :, None], ids[:, None, :]]
-                out[torch.from_numpy(chunk).to(device)] = self_terms(cost, mass, eps_list)
+                if kernels:
+                    value = kernels.self_terms(table, ids, mass, eps_list)
+                else:
+                    value = self_terms(table[ids[:, :, None], ids[:, None, :]], mass, eps_list)
+                out[torch.from_numpy(chunk).to(device)] = value
         return out
 
     used_l, at_l = np.unique(pairs[:, 0], return_inverse=True)
@@ -634,7 +651,10 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
                 chunk = bucket[lo : lo + step]
                 ids_a, a = ids_and_mass(left, pairs[chunk, 0], wa)
                 ids_b, b = ids_and_mass(right, pairs[chunk, 1], wb)
-                value = cross_terms(table[ids_a[:, :, None], ids_b[:, None, :]], a, b, eps_list)
+                if kernels:
+                    value = kernels.cross_terms(table, ids_a, a, ids_b, b, eps_list)
+                else:
+                    value = cross_terms(table[ids_a[:, :, None], ids_b[:, None, :]], a, b, eps_list)
                 value -= half_l[torch.from_numpy(at_l[chunk]).to(device)]
                 value -= half_r[torch.from_numpy(at_r[chunk]).to(device)]
                 out[chunk] = value.cpu().numpy()
