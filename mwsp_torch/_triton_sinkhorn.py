@@ -1,4 +1,10 @@
-"""The fused Sinkhorn loop as Triton kernels: one program solves one problem in registers.
+"""The fused Sinkhorn loop as Triton kernels (``backend="triton"``, experimental): one program
+solves one problem in registers.
+
+Status: equal to the torch loop under Triton's interpreter (tests) and compiled for sm_90
+by Triton 3.6 on a machine without a GPU, but not yet run on one: the one GPU run
+(H100) timed out compiling its many tile shapes before printing a figure, and the
+session's GPU time ran out. Use ``backend="fused"`` (the torch loop) for measured speed.
 
 Why a kernel of our own: :mod:`mwsp_torch._batched_sinkhorn` runs geomloss's loop as
 torch operations, about ten kernel launches per temperature, each streaming the whole
@@ -20,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-LOG_ZERO = -100000.0  # geomloss's log of a zero weight, as in _batched_sinkhorn
+LOG_ZERO = tl.constexpr(-100000.0)  # geomloss's log of a zero weight, as in _batched_sinkhorn
 
 
 @triton.jit
@@ -44,7 +50,7 @@ def _log_weights(w):
     return tl.where(w > 0, tl.log(tl.maximum(w, 1e-300)), LOG_ZERO)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m", "n"])
 def _cross_kernel(
     table, stride, ids_a, a_ptr, ids_b, b_ptr, eps_ptr, out, m, n,
     N_EPS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -76,7 +82,7 @@ def _cross_kernel(
     tl.store(out + p, tl.sum(a * f_last, 0) + tl.sum(b * g_last, 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["m"])
 def _self_kernel(table, stride, ids, w_ptr, eps_ptr, out, m, N_EPS: tl.constexpr, BM: tl.constexpr):
     p = tl.program_id(0).to(tl.int64)
     rows = tl.arange(0, BM)
@@ -95,8 +101,10 @@ def _self_kernel(table, stride, ids, w_ptr, eps_ptr, out, m, N_EPS: tl.constexpr
     tl.store(out + p, tl.sum(w * f, 0))
 
 
-def _launch_options(width: int) -> dict:
-    return {"num_warps": 1 if width <= 32 else 4 if width <= 64 else 8}
+def _launch_options(entries: int) -> dict:
+    """About 8 tile entries per thread: fp64 code is unrolled per entry, and at 32 per
+    thread a 32 x 32 kernel took 4.5 s to compile for sm_90 (1.0 s at 8)."""
+    return {"num_warps": min(16, max(1, entries // 256))}
 
 
 def cross_terms(
@@ -112,7 +120,7 @@ def cross_terms(
     bm, bn = triton.next_power_of_2(max(m, 2)), triton.next_power_of_2(max(n, 2))
     _cross_kernel[(batch,)](
         table, table.stride(0), ids_a.contiguous(), a.contiguous(), ids_b.contiguous(), b.contiguous(),
-        eps, out, m, n, N_EPS=len(eps_list), BM=bm, BN=bn, **_launch_options(max(bm, bn)),
+        eps, out, m, n, N_EPS=len(eps_list), BM=bm, BN=bn, **_launch_options(bm * bn),
     )  # fmt: skip
     return out
 
@@ -127,6 +135,6 @@ def self_terms(table: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ep
     bm = triton.next_power_of_2(max(m, 2))
     _self_kernel[(batch,)](
         table, table.stride(0), ids.contiguous(), weights.contiguous(), eps, out, m,
-        N_EPS=len(eps_list), BM=bm, **_launch_options(bm),
+        N_EPS=len(eps_list), BM=bm, **_launch_options(bm * bm),
     )  # fmt: skip
     return out

@@ -43,7 +43,7 @@ from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._simplex import transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
-SINKHORN_BACKENDS = ("auto", "fused", "tensorized", "online")
+SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
 
 
 @dataclass(frozen=True)
@@ -476,7 +476,10 @@ def sinkhorn_distances(
             a sparse Gram matrix, on ``device``; debiasing terms once per graph; needs
             the table, ``rows^2`` float64, within ``max_bytes``), ``"tensorized"``
             (geomloss on dense padded points), ``"online"`` (geomloss with pykeops,
-            costs computed on the fly: memory linear in the points) or ``"auto"``:
+            costs computed on the fly: memory linear in the points), ``"triton"``
+            (experimental: the fused loop as Triton kernels, one program per problem;
+            CUDA only; equal to ``"fused"`` under Triton's interpreter, not yet run on a
+            GPU) or ``"auto"``:
             fused when the table fits, else online for a batch whose pairs have
             ``online_from`` or more cost entries each (default ``2**20``, e.g.
             REDDIT-BINARY's large graphs) and tensorized for the others.
@@ -497,8 +500,10 @@ def sinkhorn_distances(
     span = (bank.max(axis=0) - bank.min(axis=0)).toarray() if bank.nnz else np.zeros(1)
     diameter = max(float(np.linalg.norm(span)), blur)
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    if backend == "fused" or (backend == "auto" and _table_bytes(bank) <= max_bytes):
-        return _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress)
+    if backend in ("fused", "triton") or (backend == "auto" and _table_bytes(bank) <= max_bytes):
+        return _fused_sinkhorn(
+            left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress, backend == "triton"
+        )
     width_l, width_r = np.diff(left.graph_ptr)[pairs[:, 0]], np.diff(right.graph_ptr)[pairs[:, 1]]
     order = np.lexsort((width_r, width_l))  # size buckets
     losses = {}  # one geomloss object per backend used
@@ -581,20 +586,20 @@ def _padded_width(sizes: np.ndarray, pad_to: int = 4) -> np.ndarray:
 
 
 def _triton_kernels(table):
-    """:mod:`mwsp_torch._triton_sinkhorn` for a CUDA table (or under Triton's interpreter,
-    ``TRITON_INTERPRET=1``, as the tests run it on CPU tensors) when Triton is installed;
-    else ``None``: the torch loop, same values, slower."""
+    """:mod:`mwsp_torch._triton_sinkhorn` for ``backend="triton"``: CUDA tensors, or CPU
+    tensors under Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run it)."""
     if not (table.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
-        return None
+        raise ValueError("backend='triton' runs on CUDA tensors (or on CPU ones with TRITON_INTERPRET=1)")
     try:
         from mwsp_torch import _triton_sinkhorn
-    except ImportError:
-        return None
+    except ImportError as error:
+        raise ImportError("backend='triton' needs the triton package: pip install 'mwsp_torch[gpu]'") from error
     return _triton_sinkhorn
 
 
-def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress):
-    """``sinkhorn_distances`` with the ``"fused"`` backend (:mod:`mwsp_torch._batched_sinkhorn`)."""
+def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress, triton):
+    """``sinkhorn_distances`` with the ``"fused"`` backend (:mod:`mwsp_torch._batched_sinkhorn`),
+    or its Triton kernels (``triton``: :mod:`mwsp_torch._triton_sinkhorn`)."""
     import torch
 
     from mwsp_torch._batched_sinkhorn import cross_terms, epsilon_schedule, self_terms
@@ -608,7 +613,7 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
         )
     eps_list = epsilon_schedule(diameter, blur, scaling)
     table = _distance_table(bank, device, floor=1e-8)  # geomloss's p=1 cost
-    kernels = _triton_kernels(table)
+    kernels = _triton_kernels(table) if triton else None
     per_entry = 0 if kernels else 8 * 6  # the cost tensor and the torch loop's temporaries, float64
 
     def ids_and_mass(sset, graphs, width):

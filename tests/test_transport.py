@@ -167,6 +167,9 @@ def test_sinkhorn_buckets_and_backends_agree(device):
         sinkhorn_distances(support, support, pairs, backend="keops")
     with pytest.raises(ValueError, match="use backend='tensorized' or 'online'"):
         sinkhorn_distances(support, support, pairs, backend="fused", max_bytes=64)
+    if device == "cpu":
+        with pytest.raises(ValueError, match="runs on CUDA tensors"):
+            sinkhorn_distances(support, support, pairs, backend="triton", **options)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -302,9 +305,10 @@ def test_estimator_on_a_device_matches_reference(device):
 
 
 def test_triton_kernels_under_interpreter(data_root, tmp_path):
-    """The fused Sinkhorn backend's CUDA kernels (Triton) run on CPU tensors by Triton's
+    """The ``triton`` Sinkhorn backend's CUDA kernels run on CPU tensors by Triton's
     interpreter, in a subprocess (``TRITON_INTERPRET`` must be set before Triton is
-    imported): equal to the torch loop and to geomloss to 1e-9. Triton is a test
+    imported): equal to the torch loop and to geomloss to 1e-9, widths below and above
+    powers of 2. Triton is a test
     dependency, so CI runs this."""
     script = Path(__file__).parent / "triton_interpreted.py"
     env = {**os.environ, "TRITON_INTERPRET": "1", "KEOPS_VERBOSE": "0"}
