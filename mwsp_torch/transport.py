@@ -21,10 +21,12 @@ as tensor operations over a batch (:mod:`mwsp_torch._batched_simplex`), with gro
 costs from a distance table built from a sparse Gram matrix on the device. It is tested
 on CPU tensors against the compiled engine (1e-9), where it is much slower.
 
-``solver="sinkhorn"`` runs geomloss's debiased Sinkhorn divergence with ``p=1`` on
-batches of padded pairs on any torch device; padding points sit at the origin with
-zero weight, so they carry no mass. It is an approximation of W whose measured error is reported
-in ``benchmarks/README.md``.
+``solver="sinkhorn"`` computes geomloss's debiased Sinkhorn divergence with ``p=1`` on
+batches of padded pairs on any torch device; padding carries zero weight. By default
+(``backend="fused"``, :mod:`mwsp_torch._batched_sinkhorn`) geomloss's loop runs on cost
+tensors gathered from the distance table, with the debiasing terms solved once per
+graph; geomloss itself (tensorized, or pykeops online) serves banks whose table does not
+fit. It is an approximation of W whose measured error is reported in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
