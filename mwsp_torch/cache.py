@@ -27,6 +27,7 @@ def cached_distances(
     blur: float = 0.01,
     n_jobs: int = 1,
     device: str = "cpu",
+    exact_engine: str = "compiled",
     checkpoint: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
@@ -37,7 +38,8 @@ def cached_distances(
         graphs: the dataset's graphs (their number is part of the key).
         dataset (str): name, part of the key and the file name.
         d, k, paths, labels, solver, blur: as in :class:`mwsp_torch.MWSP`.
-        n_jobs, device, checkpoint, progress: how to compute it (not part of the key).
+        n_jobs, device, exact_engine, checkpoint, progress: how to compute it (not part
+            of the key: the exact engines agree to 1e-9).
         cache_dir (str, optional): default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``.
 
     Returns:
@@ -70,6 +72,7 @@ def cached_distances(
         solver=solver,
         labels=labels,
         device=device,
+        exact_engine=exact_engine,
         n_jobs=n_jobs,
         blur=blur,
         checkpoint=checkpoint,

@@ -44,8 +44,12 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         default=None,
         help="node label policy (default: the paper's for the dataset)",
     )
+    parser.add_argument("--device", default="cpu", help="torch device (Sinkhorn, and the batched exact engine)")
     parser.add_argument(
-        "--device", default="cpu", help="torch device (Sinkhorn; exact on a non-CPU device: the batched exact engine)"
+        "--exact-engine",
+        choices=("compiled", "batched"),
+        default="compiled",
+        help="exact W from the compiled CPU engine (default) or the torch batched simplex on --device",
     )
     parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
     parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
@@ -91,6 +95,7 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
         blur=args.blur,
         n_jobs=args.n_jobs,
         device=args.device,
+        exact_engine=args.exact_engine,
         checkpoint=args.checkpoint,
         cache_dir=args.cache_dir,
         progress=not args.quiet,

@@ -34,6 +34,8 @@ from mwsp_torch.transport import (
 )
 from mwsp_torch.trees import tree_ids
 
+EXACT_ENGINES = ("compiled", "batched")
+
 
 class MWSP(TransformerMixin, BaseEstimator):
     """Multi-scale Wasserstein shortest-path kernel ``K = exp(-lam W)``.
@@ -49,11 +51,14 @@ class MWSP(TransformerMixin, BaseEstimator):
             network simplex to 1e-9) or ``"sinkhorn"`` (geomloss, approximate)
             (default ``"exact"``).
         labels (str): ``"auto"``, ``"degree"`` or ``"uniform"`` (default ``"auto"``).
-        device (str): torch device (default ``"cpu"``). Sinkhorn runs on it; exact
-            distances on ``"cpu"`` come from the compiled CPU solver, on any other
-            device from the batched exact engine (``transport.batched_exact_distances``,
-            for datasets of small graphs; no checkpoints). ``"cpu:0"`` runs that engine
-            on CPU tensors, as the tests do.
+        device (str): torch device (default ``"cpu"``) for Sinkhorn and for the
+            batched exact engine.
+        exact_engine (str): ``"compiled"`` (default: the numba CPU engine with
+            ``n_jobs`` threads, whatever ``device`` is) or ``"batched"`` (the torch
+            batched simplex, ``transport.batched_exact_distances``, on ``device``;
+            datasets of small graphs; no checkpoints). Same W to 1e-9. On an H100
+            the batched engine was 40x slower than the compiled one on that machine's
+            16 CPU threads (``benchmarks/README.md``), hence the default.
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
@@ -81,6 +86,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         solver: str = "exact",
         labels: str = "auto",
         device: str = "cpu",
+        exact_engine: str = "compiled",
         n_jobs: int = 1,
         blur: float = 0.01,
         scaling: float = 0.99,
@@ -94,6 +100,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.solver = solver
         self.labels = labels
         self.device = device
+        self.exact_engine = exact_engine
         self.n_jobs = n_jobs
         self.blur = blur
         self.scaling = scaling
@@ -111,8 +118,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"paths must be one of {PATH_MODES}, got {self.paths!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
-        if self.solver == "exact" and self.checkpoint is not None and str(self.device) != "cpu":
-            raise ValueError(f"checkpoint is only kept by the CPU exact solver, not on device={self.device!r}")
+        if self.exact_engine not in EXACT_ENGINES:
+            raise ValueError(f"exact_engine must be one of {EXACT_ENGINES}, got {self.exact_engine!r}")
+        if self.solver == "exact" and self.checkpoint is not None and self.exact_engine != "compiled":
+            raise ValueError("checkpoint is only kept by the compiled exact engine, not by exact_engine='batched'")
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
 
@@ -154,7 +163,7 @@ class MWSP(TransformerMixin, BaseEstimator):
 
     def _distances(self, left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.ndarray:
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
-            if self.solver == "exact" and str(self.device) != "cpu":
+            if self.solver == "exact" and self.exact_engine == "batched":
                 return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
             if self.solver == "exact":
                 return exact_distances(

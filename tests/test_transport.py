@@ -252,7 +252,9 @@ def test_batched_engine_refuses_bad_input():
     with pytest.raises(ValueError, match="use exact_distances"):
         batched_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), table_bytes=8)
     with pytest.raises(ValueError, match="checkpoint is only kept"):
-        MWSP(device="cuda", checkpoint="somewhere").fit(graphs)
+        MWSP(exact_engine="batched", checkpoint="somewhere").fit(graphs)
+    with pytest.raises(ValueError, match="exact_engine must be one of"):
+        MWSP(exact_engine="gpu").fit(graphs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -285,11 +287,20 @@ def test_batched_simplex_refuses_what_it_cannot_solve():
         batched_transport_cost(one.int(), one.int(), torch.zeros((1, 2, 2), dtype=torch.float64))
 
 
-@pytest.mark.parametrize("device", ["cpu:0" if d == "cpu" else d for d in DEVICES])
-def test_estimator_on_a_device_matches_reference(device):
-    """``MWSP(device=...)`` routes exact fit and transform through the batched engine
-    (``"cpu:0"`` is not ``"cpu"``, so on CI it runs on CPU tensors); both must equal the
-    reference implementation."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_estimator_on_a_device_matches_reference(device, monkeypatch):
+    """``MWSP(exact_engine="batched", device=...)`` runs exact fit and transform through the
+    batched engine on ``device``; both must equal the reference implementation."""
+    import mwsp_torch.estimator as estimator
+
+    devices_used = []
+
+    def batched(*args, **kwargs):
+        devices_used.append(kwargs["device"])
+        return batched_exact_distances(*args, **kwargs)
+
+    batched_exact_distances = estimator.batched_exact_distances
+    monkeypatch.setattr(estimator, "batched_exact_distances", batched)
     train = [
         (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [0, 1, 0, 1]),
         (5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2)], [0, 0, 1, 1, 0]),
@@ -297,11 +308,12 @@ def test_estimator_on_a_device_matches_reference(device):
         (6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)], [2, 0, 1, 0, 1, 2]),
     ]
     new = [(4, [(0, 1), (1, 2), (2, 3)], [5, 1, 0, 5]), (5, [(0, 1), (0, 2), (0, 3), (0, 4)], [0, 1, 1, 2, 2])]
-    model = MWSP(d=3, k=1, device=device).fit([make_data(*g) for g in train])
+    model = MWSP(d=3, k=1, device=device, exact_engine="batched").fit([make_data(*g) for g in train])
     full = distance_matrix(train + new, 3, 1, "split")
     np.testing.assert_allclose(model.distances_, full[: len(train), : len(train)], rtol=1e-9, atol=1e-12)
     cross = model.cross_distances([make_data(*g) for g in new])
     np.testing.assert_allclose(cross, full[len(train) :, : len(train)], rtol=1e-9, atol=1e-12)
+    assert devices_used == [device, device]  # fit and transform both went through the batched engine
 
 
 def test_triton_kernels_under_interpreter(data_root, tmp_path):
