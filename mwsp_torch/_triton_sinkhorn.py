@@ -26,7 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-LOG_ZERO = tl.constexpr(-100000.0)  # geomloss's log of a zero weight, as in _batched_sinkhorn
+from mwsp_torch import _batched_sinkhorn
+
+LOG_ZERO = tl.constexpr(_batched_sinkhorn.LOG_ZERO)  # a constexpr: kernels read no other globals
 
 
 @triton.jit

@@ -587,6 +587,14 @@ def _padded_width(sizes: np.ndarray, pad_to: int = 4) -> np.ndarray:
     return -(-sizes // pad_to) * pad_to
 
 
+def _shape_buckets(rows: np.ndarray, cols: np.ndarray | None = None) -> list[np.ndarray]:
+    """Indices grouped by equal shape ``rows`` (or ``(rows, cols)``), never an empty group;
+    within a group the indices keep their order."""
+    key = rows if cols is None else rows * (int(cols.max(initial=0)) + 1) + cols
+    order = np.argsort(key, kind="stable")
+    return [group for group in np.split(order, np.flatnonzero(np.diff(key[order])) + 1) if len(group)]
+
+
 def _triton_kernels(table):
     """:mod:`mwsp_torch._triton_sinkhorn` for ``backend="triton"``: CUDA tensors, or CPU
     tensors under Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run it)."""
@@ -626,9 +634,8 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
         """Half of OT_eps(a, a) for each graph in ``graphs`` (geomloss's debiasing terms)."""
         out = torch.zeros(len(graphs), dtype=torch.float64, device=device)
         width = _padded_width(np.diff(sset.graph_ptr)[graphs])
-        order = np.argsort(width, kind="stable")
-        for bucket in np.split(order, np.flatnonzero(np.diff(width[order])) + 1):
-            w = int(width[bucket[0]]) if len(bucket) else 0
+        for bucket in _shape_buckets(width):
+            w = int(width[bucket[0]])
             step = max(1, min(batch_size, max_bytes // max(1, w * w * per_entry)))
             for lo in range(0, len(bucket) if w else 0, step):
                 chunk = bucket[lo : lo + step]
@@ -646,12 +653,8 @@ def _fused_sinkhorn(left, right, pairs, blur, scaling, diameter, device, batch_s
         half_l, half_r = halves(left, used_l), halves(right, used_r)
         width_l = _padded_width(np.diff(left.graph_ptr)[pairs[:, 0]])
         width_r = _padded_width(np.diff(right.graph_ptr)[pairs[:, 1]])
-        key = width_l * (int(width_r.max(initial=0)) + 1) + width_r
-        order = np.argsort(key, kind="stable")
         out = np.zeros(len(pairs), dtype=np.float64)
-        for bucket in np.split(order, np.flatnonzero(np.diff(key[order])) + 1):
-            if len(bucket) == 0:
-                continue
+        for bucket in _shape_buckets(width_l, width_r):
             wa, wb = int(width_l[bucket[0]]), int(width_r[bucket[0]])
             step = max(1, min(batch_size, max_bytes // max(1, wa * wb * per_entry)))
             for lo in range(0, len(bucket) if wa and wb else 0, step):
@@ -763,7 +766,6 @@ def batched_exact_distances(
     Returns:
         ``[m]`` float64 distances.
     """
-
     from mwsp_torch._batched_simplex import batched_transport_cost
 
     bank = _shared_bank(left, right)
@@ -784,12 +786,7 @@ def batched_exact_distances(
     forced = (pos_len <= 1) | (neg_len <= 1)
     rows_to = np.where(forced, pos_len, (pos_len // pad_to + 1) * pad_to)
     cols_to = np.where(forced, neg_len, (neg_len // pad_to + 1) * pad_to)
-    shape_key = rows_to * (int(cols_to.max(initial=0)) + 1) + cols_to
-    order = np.argsort(shape_key, kind="stable")
-    bounds = np.flatnonzero(np.diff(shape_key[order])) + 1
-    for bucket in np.split(order, bounds):
-        if len(bucket) == 0:
-            continue
+    for bucket in _shape_buckets(rows_to, cols_to):
         big_m, big_n = int(rows_to[bucket[0]]), int(cols_to[bucket[0]])
         step = max(1, min(batch_size, table_bytes // max(1, big_m * big_n * 8)))
         for lo in range(0, len(bucket) if big_m else 0, step):
