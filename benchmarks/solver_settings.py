@@ -9,6 +9,11 @@ Usage::
 
     python benchmarks/solver_settings.py --problems NCI1:2:0 ENZYMES:3:1 PROTEINS:2:0 \\
         --pairs 3000 --min-block-arcs 16 96
+    python benchmarks/solver_settings.py --problems NCI1:2:0 --pairs 20000 --mask-max-nodes 0 63
+
+Every combination of ``--min-block-arcs`` and ``--mask-max-nodes`` (the basis tree: 0 for
+adjacency lists only, 63 for ancestor masks up to 63 points) is a setting; the ratio is
+the first setting's time over the last's.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np  # noqa: E402
 from numba import njit, typed  # noqa: E402
 
 from mwsp_torch import MWSP  # noqa: E402
-from mwsp_torch._simplex import VOGEL_MIN_ARCS, transport_cost  # noqa: E402
+from mwsp_torch._simplex import MASK_MAX_NODES, MIN_BLOCK_ARCS, VOGEL_MIN_ARCS, transport_cost  # noqa: E402
 from mwsp_torch.datasets import default_labels, load_dataset  # noqa: E402
 from mwsp_torch.transport import _bank_arrays, _cancel_pairs, _shared_bank, cost_matrix  # noqa: E402
 
@@ -52,10 +57,10 @@ def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
 
 
 @njit
-def _solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs):
+def _solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_max_nodes):
     total = 0.0
     for i in range(len(costs)):
-        total += transport_cost(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs)
+        total += transport_cost(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes)
     return total
 
 
@@ -64,31 +69,33 @@ def main() -> None:
     parser.add_argument("--problems", nargs="+", default=["NCI1:2:0"], help="DATASET:d:k")
     parser.add_argument("--pairs", type=int, default=3000)
     parser.add_argument("--stride", type=int, default=1, help="use every STRIDE-th graph (REDDIT: features are slow)")
-    parser.add_argument("--min-block-arcs", type=int, nargs="+", default=[16, 96])
+    parser.add_argument("--min-block-arcs", type=int, nargs="+", default=[MIN_BLOCK_ARCS])
+    parser.add_argument("--mask-max-nodes", type=int, nargs="+", default=[MASK_MAX_NODES])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    columns = " | ".join(f"blocks >= {b} arcs, us" for b in args.min_block_arcs)
+    settings = [(b, mask) for b in args.min_block_arcs for mask in args.mask_max_nodes]
+    columns = " | ".join(f"blocks >= {b} arcs, masks <= {mask} points, us" for b, mask in settings)
     print(f"| problems | mean size | {columns} | ratio |")
-    print("|---|---|" + "---|" * (len(args.min_block_arcs) + 1))
+    print("|---|---|" + "---|" * (len(settings) + 1))
     for spec in args.problems:
         name, d, k = spec.split(":")
         supplies, demands, costs = problems(name, int(d), int(k), args.pairs, args.seed, args.stride)
-        best = {b: np.inf for b in args.min_block_arcs}
+        best = {setting: np.inf for setting in settings}
         totals = {}
-        for b in args.min_block_arcs:
-            _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, b)  # compile, warm caches
+        for setting in settings:
+            _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, *setting)  # compile, warm caches
         for _ in range(args.repeats):
-            for b in args.min_block_arcs:
+            for setting in settings:
                 start = time.perf_counter()
-                totals[b] = _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, b)
-                best[b] = min(best[b], time.perf_counter() - start)
-        reference = totals[args.min_block_arcs[0]]
+                totals[setting] = _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, *setting)
+                best[setting] = min(best[setting], time.perf_counter() - start)
+        reference = totals[settings[0]]
         for total in totals.values():
             if abs(total - reference) > 1e-9 * abs(reference):
                 raise SystemExit(f"{spec}: settings disagree ({total!r} vs {reference!r})")
         size = np.mean([c.shape for c in costs], axis=0)
-        us = [best[b] / len(costs) * 1e6 for b in args.min_block_arcs]
+        us = [best[setting] / len(costs) * 1e6 for setting in settings]
         print(
             f"| {name} d={d},k={k} ({len(costs):,}) | {size[0]:.0f} x {size[1]:.0f} | "
             + " | ".join(f"{u:.1f}" for u in us)

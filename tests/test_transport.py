@@ -24,14 +24,17 @@ def _check(counts_a, counts_b, cost):
     na, nb = counts_a.sum(), counts_b.sum()
     expected = ot.emd2(counts_a / na, counts_b / nb, cost)
     cost = np.ascontiguousarray(cost)
-    # Both starting rules (Vogel's, row-minimum) and pricing blocks of one row, the default, all rows.
+    # Both starting rules (Vogel's, row-minimum), pricing blocks of one row, the default, all
+    # rows, and both basis trees (ancestor masks up to 63 points, adjacency lists).
     for vogel_min_arcs, min_block_arcs in ((0, 96), (1 << 62, 1), (1 << 62, 96), (1 << 62, 1 << 30)):
-        got = transport_cost(counts_a * nb, counts_b * na, cost, vogel_min_arcs, min_block_arcs) / (na * nb)
-        assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14, (vogel_min_arcs, min_block_arcs)
+        for mask_max_nodes in (63, 0):
+            settings_ = (vogel_min_arcs, min_block_arcs, mask_max_nodes)
+            got = transport_cost(counts_a * nb, counts_b * na, cost, *settings_) / (na * nb)
+            assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14, settings_
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 30), st.integers(1, 30), st.integers(0, 2**32 - 1), st.sampled_from(["random", "ties", "points"]))
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(0, 2**32 - 1), st.sampled_from(["random", "ties", "points"]))
 def test_simplex_equals_pot(m, n, seed, kind):
     rng = np.random.default_rng(seed)
     counts_a = rng.integers(1, 4, size=m).astype(np.int64)
@@ -45,7 +48,7 @@ def test_simplex_equals_pot(m, n, seed, kind):
     _check(counts_a, counts_b, cost)
 
 
-@pytest.mark.parametrize("size", [60, 150])
+@pytest.mark.parametrize("size", [28, 60, 150])
 def test_simplex_equals_pot_on_larger_problems(size):
     rng = np.random.default_rng(size)
     x = rng.integers(0, 3, (size, 6)).astype(float) + 0.01 * rng.random((size, 6))
