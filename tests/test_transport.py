@@ -323,8 +323,8 @@ def test_triton_kernels_under_interpreter(data_root, tmp_path):
     """The ``triton`` Sinkhorn backend's CUDA kernels run on CPU tensors by Triton's
     interpreter, in a subprocess (``TRITON_INTERPRET`` must be set before Triton is
     imported): equal to the torch loop and to geomloss to 1e-9, widths below and above
-    powers of 2. Triton is a test
-    dependency, so CI runs this."""
+    powers of 2, an empty support, the debiasing terms subtracted in the kernel; float32
+    (opt-in) near float64. Triton is a test dependency, so CI runs this."""
     script = Path(__file__).parent / "triton_interpreted.py"
     env = {**os.environ, "TRITON_INTERPRET": "1", "KEOPS_VERBOSE": "0"}
     run = subprocess.run(
@@ -332,5 +332,30 @@ def test_triton_kernels_under_interpreter(data_root, tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     worst = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1])
-    assert set(worst) == {"cross", "self", "mutag_vs_geomloss"}
+    assert set(worst) == {"cross", "self", "debiased", "mutag_vs_geomloss", "float32_vs_float64"}
+    single = worst.pop("float32_vs_float64")
     assert max(worst.values()) <= 1e-9, worst
+    assert single <= 1e-4, single
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="needs a CUDA device")
+def test_triton_sinkhorn_on_cuda(mutag):
+    """The compiled Triton kernels on a GPU: the torch loop's (and geomloss's) value to 1e-9 in
+    float64, the opt-in float32 near it; pairs in the caller's order, whatever their tile shape."""
+    from mwsp_torch.transport import sinkhorn_distances
+
+    support = MWSP(d=3, k=1).fit(mutag[0][:60]).support_
+    pairs = upper_pairs(support.num_graphs)[::-1]
+    other = support.take(np.arange(support.num_graphs)[::-1])  # not the same object: two sets of halves
+    for blur, scaling in ((0.1, 0.9), (0.005, 0.95)):
+        options = dict(blur=blur, scaling=scaling, device="cuda")
+        expected = sinkhorn_distances(support, support, pairs, backend="fused", **options)
+        got = sinkhorn_distances(support, support, pairs, backend="triton", **options)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+        flipped_pairs = pairs * [1, -1] + [0, support.num_graphs - 1]  # (i, j) -> (i, G - 1 - j)
+        flipped = sinkhorn_distances(support, other, flipped_pairs, backend="triton", **options)
+        np.testing.assert_allclose(flipped, expected, rtol=1e-9, atol=1e-12)
+        single = sinkhorn_distances(support, support, pairs, backend="triton", dtype="float32", **options)
+        assert np.all(np.abs(single - expected) <= 1e-3 * expected + 1e-4)
+    with pytest.raises(ValueError, match="dtype must be"):
+        sinkhorn_distances(support, support, pairs, backend="fused", dtype="float32")
