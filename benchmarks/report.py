@@ -32,8 +32,12 @@ def main(path: str) -> int:
             f"| {r['dataset']} | {r['d']} | {r['k']} | {r['graphs']} | {r['pairs']:,} | {r['support_mean']:.1f} "
             f"| {r['features_seconds']:.2f} | {r['features_peak_rss_gib']:.2f} | {exact} "
             f"| {r['exact_us_per_pair']:.1f} "
-            f"| {r['naive_seconds_extrapolated']:.0f} | {r['speedup_vs_naive']:.0f}x "
-            f"| {authors if authors else '-'} | {f'{authors / total:.0f}x' if authors else '-'} |"
+            + (
+                f"| {r['naive_seconds_extrapolated']:.0f} | {r['speedup_vs_naive']:.0f}x "
+                if r["naive_seconds_extrapolated"] is not None
+                else "| out of memory | - "
+            )
+            + f"| {authors if authors else '-'} | {f'{authors / total:.0f}x' if authors else '-'} |"
         )
     print()
     print("| dataset | d | k | blur | Sinkhorn (CPU) us/pair | median rel. error | max rel. error | pairs |")
