@@ -41,6 +41,25 @@ def random_pairs(n: int, count: int, seed: int) -> np.ndarray:
     return np.stack([i, j], axis=1).astype(np.int64)
 
 
+def add_problem_arguments(parser: argparse.ArgumentParser, pairs: int) -> None:
+    """``--dataset --d --k --graphs --pairs --seed``: which pairs a GPU benchmark times."""
+    parser.add_argument("--dataset", default="NCI1")
+    parser.add_argument("--d", type=int, default=2)
+    parser.add_argument("--k", type=int, default=0)
+    parser.add_argument("--graphs", type=int, default=0, help="first N graphs (0: all)")
+    parser.add_argument("--pairs", type=int, default=pairs, help="random pairs timed")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def support_and_pairs(args: argparse.Namespace):
+    """The collapsed supports of ``args``'s graphs and ``args.pairs`` random pairs of them."""
+    graphs, _ = load_dataset(args.dataset)
+    if args.graphs:
+        graphs = graphs[: args.graphs]
+    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
+    return support, random_pairs(support.num_graphs, args.pairs, args.seed)
+
+
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -48,11 +67,7 @@ def synchronize(device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="NCI1")
-    parser.add_argument("--d", type=int, default=2)
-    parser.add_argument("--k", type=int, default=0)
-    parser.add_argument("--graphs", type=int, default=0, help="first N graphs (0: all)")
-    parser.add_argument("--pairs", type=int, default=20000, help="random pairs timed")
+    add_problem_arguments(parser, pairs=20000)
     parser.add_argument("--blurs", type=float, nargs="+", default=[0.1, 0.01, 0.001])
     parser.add_argument("--scalings", type=float, nargs="+", default=[0.99, 0.9])
     parser.add_argument("--batch-size", type=int, default=8192)
@@ -63,17 +78,12 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n-jobs", type=int, default=-1)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--repeats", type=int, default=1,
         help="timed calls on the same pairs; the first compiles any kernel shape the warm-up missed",
     )  # fmt: skip
     args = parser.parse_args()
-    graphs, _ = load_dataset(args.dataset)
-    if args.graphs:
-        graphs = graphs[: args.graphs]
-    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
-    pairs = random_pairs(support.num_graphs, args.pairs, args.seed)
+    support, pairs = support_and_pairs(args)
     start = time.perf_counter()
     exact = exact_distances(support, support, pairs, n_jobs=args.n_jobs)
     exact_seconds = time.perf_counter() - start

@@ -26,27 +26,16 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_sinkhorn import random_pairs  # noqa: E402
+from gpu_sinkhorn import add_problem_arguments, support_and_pairs, synchronize  # noqa: E402
 
-from mwsp_torch import MWSP  # noqa: E402
 from mwsp_torch import _triton_sinkhorn as kernels  # noqa: E402
 from mwsp_torch._batched_sinkhorn import epsilon_schedule  # noqa: E402
-from mwsp_torch.datasets import default_labels, load_dataset  # noqa: E402
 from mwsp_torch.transport import _distance_table, _shared_bank, sinkhorn_distances  # noqa: E402
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="NCI1")
-    parser.add_argument("--d", type=int, default=2)
-    parser.add_argument("--k", type=int, default=0)
-    parser.add_argument("--graphs", type=int, default=0, help="first N graphs (0: all)")
-    parser.add_argument("--pairs", type=int, default=2000000)
+    add_problem_arguments(parser, pairs=2000000)
     parser.add_argument("--shape-pairs", type=int, default=500000, help="pairs timed per tile shape")
     parser.add_argument("--shapes", type=int, default=4, help="most common tile shapes swept")
     parser.add_argument("--check-pairs", type=int, default=100000, help="pairs compared with the torch loop")
@@ -54,13 +43,8 @@ def main() -> None:
     parser.add_argument("--scaling", type=float, default=0.9)
     parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    graphs, _ = load_dataset(args.dataset)
-    if args.graphs:
-        graphs = graphs[: args.graphs]
-    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
-    pairs = random_pairs(support.num_graphs, args.pairs, args.seed)
+    support, pairs = support_and_pairs(args)
     bank = _shared_bank(support, support)
     span = (bank.max(axis=0) - bank.min(axis=0)).toarray()
     eps_list = epsilon_schedule(max(float(np.linalg.norm(span)), args.blur), args.blur, args.scaling)
