@@ -65,7 +65,7 @@ VOGEL_MIN_ARCS = 20_000
 #: exceeds this, the rule is unchanged (REDDIT, DD).
 MIN_BLOCK_ARCS = 96
 
-#: Cost offset of a closed column in the row-minimum start: finite (the vectorised minimum
+#: Cost offset of a closed column in the row-minimum start: finite (the fastmath minimum
 #: assumes no infinities) and beyond any cost.
 CLOSED = 1e300
 
@@ -378,7 +378,7 @@ def _rehang_masks(
     bipartition, ``-`` on the other), and a node's ancestors within T become its old ones
     off the stem plus the stem from its attachment point down to ``inner`` (which the
     count of its old stem ancestors identifies), then ``outer``'s. One branch-free pass
-    over all nodes.
+    over all nodes finds T as a mask; then only T's nodes are visited, by its bits.
     """
     if leave_on_a:
         inner, outer = m + enter_q, enter_p
