@@ -12,8 +12,12 @@ Usage::
     python benchmarks/solver_settings.py --problems NCI1:2:0 --pairs 20000 --mask-max-nodes 0 63
 
 Every combination of ``--min-block-arcs`` and ``--mask-max-nodes`` (the basis tree: 0 for
-adjacency lists only, 63 for ancestor masks up to 63 points) is a setting; the ratio is
-the first setting's time over the last's.
+the preorder array only, 63 for ancestor masks up to 63 points) is a setting; the ratio is
+the first setting's time over the last's. ``--pot`` adds a column for POT's network
+simplex (``ot.lp.emd_wrap.emd_c``, the C++ solver behind ``ot.emd2``, called from Python
+once per problem) on the same problems, best of the same repeats, its costs checked too.
+
+    python benchmarks/solver_settings.py --problems DD:2:0 --pairs 100 --pot
 """
 
 from __future__ import annotations
@@ -64,6 +68,15 @@ def _solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_ma
     return total
 
 
+def _solve_all_pot(supplies, demands, costs):
+    from ot.lp.emd_wrap import emd_c
+
+    total = 0.0
+    for supply, demand, cost in zip(supplies, demands, costs, strict=True):
+        total += emd_c(supply.astype(np.float64), demand.astype(np.float64), cost, 10**9, 1)[1]
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", nargs="+", default=["NCI1:2:0"], help="DATASET:d:k")
@@ -73,11 +86,13 @@ def main() -> None:
     parser.add_argument("--mask-max-nodes", type=int, nargs="+", default=[MASK_MAX_NODES])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pot", action="store_true", help="also time POT's emd_c on the same problems")
     args = parser.parse_args()
     settings = [(b, mask) for b in args.min_block_arcs for mask in args.mask_max_nodes]
     columns = " | ".join(f"blocks >= {b} arcs, masks <= {mask} points, us" for b, mask in settings)
-    print(f"| problems | mean size | {columns} | ratio |")
-    print("|---|---|" + "---|" * (len(settings) + 1))
+    pot_column = " POT emd_c, us |" if args.pot else ""
+    print(f"| problems | mean size | {columns} | ratio |{pot_column}")
+    print("|---|---|" + "---|" * (len(settings) + 1 + args.pot))
     for spec in args.problems:
         name, d, k = spec.split(":")
         supplies, demands, costs = problems(name, int(d), int(k), args.pairs, args.seed, args.stride)
@@ -90,6 +105,10 @@ def main() -> None:
                 start = time.perf_counter()
                 totals[setting] = _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, *setting)
                 best[setting] = min(best[setting], time.perf_counter() - start)
+            if args.pot:
+                start = time.perf_counter()
+                totals["pot"] = _solve_all_pot(supplies, demands, costs)
+                best["pot"] = min(best.get("pot", np.inf), time.perf_counter() - start)
         reference = totals[settings[0]]
         for total in totals.values():
             if abs(total - reference) > 1e-9 * abs(reference):
@@ -99,7 +118,8 @@ def main() -> None:
         print(
             f"| {name} d={d},k={k} ({len(costs):,}) | {size[0]:.0f} x {size[1]:.0f} | "
             + " | ".join(f"{u:.1f}" for u in us)
-            + f" | {us[0] / us[-1]:.2f}x |",
+            + f" | {us[0] / us[-1]:.2f}x |"
+            + (f" {best['pot'] / len(costs) * 1e6:.1f} |" if args.pot else ""),
             flush=True,
         )
 

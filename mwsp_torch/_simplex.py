@@ -23,8 +23,10 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   branch-free loop, then one scan of the winning row for the column that attains it:
   1.1-1.2x fewer seconds than arc-by-arc blocks on NCI1, ENZYMES and REDDIT problems.
 - Start: the row-minimum rule (each row fills its cheapest open columns; a
-  sort of all costs for the least-cost rule was slower overall); from
-  ``VOGEL_MIN_ARCS`` arcs on, Vogel's approximation.
+  sort of all costs for the least-cost rule was slower overall). Vogel's approximation
+  is an opt-in (``vogel_min_arcs``): it halves the pivots (NCI1: 37 to 19) but now costs
+  more than they do everywhere measured (see ``VOGEL_MIN_ARCS``); each of its lines
+  remembers its ``VOGEL_CANDIDATES`` cheapest cells between scans.
 - The basis tree keeps parents and potentials. A pivot re-hangs only the subtree T cut
   off by the leaving arc, in one of two ways:
 
@@ -32,18 +34,24 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     the cycle is found by climbing until an ancestor of the other end, parents change
     only along the stem from the entering arc to the leaving one, T's potentials move by
     one shift (``u + v = c`` on the entering arc), and T's ancestor masks are rebuilt by
-    bit operations, node by node over T's bits. No traversal, no adjacency lists:
-    NCI1's ~18 x 18 problems solve 1.42x faster than with the lists (below).
-  - larger problems keep depths and linked adjacency lists; one traversal of T sets its
-    parents, depths and potentials, the latter from the arc costs.
+    bit operations, node by node over T's bits. No traversal, no adjacency lists.
+  - larger problems keep a preorder array of the tree and subtree sizes (the idea of the
+    thread and successor counts of network simplex codes such as LEMON's, here as arrays):
+    the cycle is found by climbing the end with the smaller subtree, T is a contiguous
+    run of the preorder, re-rooted at the entering arc by copying runs along the stem and
+    moved next to its new parent, and its potentials move by one shift. No traversal.
+    Until 2026-11-22 a breadth-first walk over adjacency lists re-hung T; on DD's
+    problems (550 points) that walk was 40 % of a solve.
 
-Measured by ``benchmarks/solver_settings.py --pairs 20000 --mask-max-nodes 0 63`` (the
-solver alone, one thread, on 20,000 problems each as the engine poses them; one run):
-NCI1 d=2, k=0 (18 x 18) 13.9 us per solve with the masks, 19.7 us with the lists only
-(the only tree until 2026-11-22); ENZYMES d=3, k=1 (29 x 29, many over 63 points) 59.2
-against 68.6 us; PROTEINS d=2, k=0 77.1 against 82.5 us. POT's own C++ ``EMD_wrap``
-called without Python took 23 us on NCI1's 16 x 16 problems, and both solvers took
-4.7 ms on 280 x 280. Developers: numba caches a caller by its own
+Measured by ``benchmarks/solver_settings.py`` (the solver alone, one thread, problems
+as the engine poses them, one run each; ``--mask-max-nodes 0 63`` compares the trees).
+With masks up to 63 points: NCI1 d=2, k=0 (18 x 18) 13.8 us per solve, ENZYMES d=3, k=1
+(29 x 29, many over 63 points) 53.4 us, PROTEINS d=2, k=0 62.3 us; with the preorder
+only 17.8, 58.0 and 64.4 us; with the adjacency lists of before 19.7, 68.6 and 82.5 us
+(20,000 problems, an earlier run). DD d=2, k=0 (100 problems, mean 280 x 265): 5.4 ms
+per solve, against 8.4 ms with the lists and the old Vogel start, and 6.3 ms for POT's
+``emd_c`` (``ot.lp.emd_wrap``) called from Python. POT's own C++ ``EMD_wrap`` called
+without Python took 23 us on NCI1's 16 x 16 problems. Developers: numba caches a caller by its own
 file, so after editing this module delete the ``*.nbi``/``*.nbc`` files under
 ``mwsp_torch/__pycache__``.
 """
@@ -54,9 +62,11 @@ import numpy as np
 from numba import njit
 
 #: Problems with at least this many arcs start from Vogel's approximation, smaller
-#: ones from the row-minimum rule (measured crossover: Vogel 1.5x faster on DD's
-#: ~300 x 300, 1.2x slower on REDDIT's ~70 x 70 and NCI1's ~18 x 18).
-VOGEL_MIN_ARCS = 20_000
+#: ones from the row-minimum rule. Vogel's once won from ~20,000 arcs (1.5x on DD's
+#: ~300 x 300) when pivots were dearer; with the preorder tree and wide row minima the
+#: row-minimum rule wins everywhere measured (DD d=2,k=0: 3.9 against 4.2 ms a solve;
+#: REDDIT-BINARY d=2,k=0: 271 against 285 us), so Vogel's is an opt-in (tests run it).
+VOGEL_MIN_ARCS = 1 << 62
 
 #: Pricing blocks span at least this many arcs. On problems of 18-30 points a block
 #: of one row (POT's sqrt(m n) rule) finds poor entering arcs: 3-5 rows cut pivots
@@ -68,6 +78,13 @@ MIN_BLOCK_ARCS = 96
 #: Cost offset of a closed column in the row-minimum start: finite (the fastmath minimum
 #: assumes no infinities) and beyond any cost.
 CLOSED = 1e300
+
+#: Cells each line of Vogel's start remembers between scans (see :func:`_vogel_start`).
+VOGEL_CANDIDATES = 8
+
+#: Pricing takes the minima of rows of at least this many columns in four interleaved
+#: running minima (:func:`_row_min_wide`), of shorter ones in one (:func:`_row_min`).
+ROW_MIN_WIDE = 32
 
 #: Problems of at most this many points (both sides; 63 at most) keep the basis tree's
 #: ancestor sets as int64 bit masks, larger ones as adjacency lists (see the module notes).
@@ -83,18 +100,6 @@ def _lex_less(a_units, a_eps, b_units, b_eps):
 def _take(pool, offset, size):
     """The next ``size`` entries of ``pool`` and the offset after them."""
     return pool[offset : offset + size], offset + size
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _unlink(head, nxt, node, slot):
-    """Remove half-edge ``slot`` from ``node``'s adjacency list."""
-    cur = head[node]
-    if cur == slot:
-        head[node] = nxt[slot]
-        return
-    while nxt[cur] != slot:
-        cur = nxt[cur]
-    nxt[cur] = nxt[slot]
 
 
 @njit(cache=True, nogil=True)
@@ -126,7 +131,7 @@ def transport_cost(
     num_basic = m + n - 1
     num_nodes = m + n
     # One integer pool, carved into the working arrays (fewer allocations per solve).
-    pool = np.empty(2 * m + 2 * n + 10 * num_basic + 8 * num_nodes + 2, dtype=np.int64)
+    pool = np.empty(2 * m + 2 * n + 10 * num_basic + 10 * num_nodes + 2, dtype=np.int64)
     rs_u, o = _take(pool, 0, m)
     rs_e, o = _take(pool, o, m)
     rd_u, o = _take(pool, o, n)
@@ -141,8 +146,10 @@ def transport_cost(
     head, o = _take(pool, o, num_nodes)
     parent, o = _take(pool, o, num_nodes)
     parent_arc, o = _take(pool, o, num_nodes)
-    depth, o = _take(pool, o, num_nodes)
-    queue, o = _take(pool, o, num_nodes)
+    order, o = _take(pool, o, num_nodes)  # preorder of the basis tree
+    pos, o = _take(pool, o, num_nodes)  # each node's index in order
+    size, o = _take(pool, o, num_nodes)  # subtree sizes
+    scratch, o = _take(pool, o, num_nodes)
     anc, o = _take(pool, o, num_nodes)
     stem, o = _take(pool, o, num_nodes)
     down, o = _take(pool, o, num_nodes + 2)
@@ -164,18 +171,20 @@ def transport_cost(
         head[b_p[a]] = 2 * a
         nxt[2 * a + 1] = head[m + b_q[a]]
         head[m + b_q[a]] = 2 * a + 1
-    # Parents, depths and potentials by one BFS from node 0.
-    depth[:] = -1
-    depth[0] = 0
+    # Parents, potentials and a preorder by one depth-first walk from node 0.
     parent[0] = -1
     parent_arc[0] = -1
     pot[0] = 0.0
-    _hang(0, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, cost)
+    _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, pos, scratch, cost)
     use_masks = num_nodes <= min(mask_max_nodes, 63)
     if use_masks:
         anc[0] = 1
-        for i in range(1, num_nodes):  # BFS order: parents first
-            anc[queue[i]] = anc[parent[queue[i]]] | (1 << queue[i])
+        for i in range(1, num_nodes):  # preorder: parents first
+            anc[order[i]] = anc[parent[order[i]]] | (1 << order[i])
+    else:
+        size[:] = 1
+        for i in range(num_nodes - 1, 0, -1):  # reverse preorder: children first
+            size[parent[order[i]]] += size[order[i]]
     # Pricing blocks of ~sqrt(m n) arcs (POT's default), at least MIN_BLOCK_ARCS, in whole rows.
     rows_per_block = max(1, max(int(np.sqrt(m * n)), min_block_arcs) // n)
     demand_pot = pot[m:]
@@ -194,8 +203,9 @@ def transport_cost(
         # the demand side stored from the front of cyc_arc, the supply side from the back.
         if use_masks:
             len_a, len_b = _cycle_by_masks(m, enter_p, enter_q, parent, parent_arc, anc, cyc_arc, cyc_node, top)
+            join = -1
         else:
-            len_a, len_b = _cycle_by_depth(m, enter_p, enter_q, parent, parent_arc, depth, cyc_arc, cyc_node, top)
+            len_a, len_b, join = _cycle_by_size(m, enter_p, enter_q, parent, parent_arc, size, cyc_arc, cyc_node, top)
         leave, leave_node, leave_on_a, th_u, th_e = _push(cyc_arc, cyc_node, len_a, len_b, top, f_u, f_e)
         if use_masks:
             _rehang_masks(
@@ -203,28 +213,15 @@ def transport_cost(
                 down, cost,
             )  # fmt: skip
         else:
-            _unlink(head, nxt, b_p[leave], 2 * leave)
-            _unlink(head, nxt, m + b_q[leave], 2 * leave + 1)
-            nxt[2 * leave] = head[enter_p]
-            head[enter_p] = 2 * leave
-            nxt[2 * leave + 1] = head[m + enter_q]
-            head[m + enter_q] = 2 * leave + 1
+            _rehang_order(
+                m, num_nodes, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos,
+                scratch, pot, stem, down, cost, join,
+            )  # fmt: skip
         # Slot `leave` now holds the entering arc.
         b_p[leave] = enter_p
         b_q[leave] = enter_q
         f_u[leave] = th_u
         f_e[leave] = th_e
-        if not use_masks:
-            # The side the leaving arc was on is cut off; re-hang it below the other endpoint.
-            if leave_on_a:
-                inner, outer = m + enter_q, enter_p
-            else:
-                inner, outer = enter_p, m + enter_q
-            parent[inner] = outer
-            parent_arc[inner] = leave
-            depth[inner] = depth[outer] + 1
-            pot[inner] = cost[enter_p, enter_q] - pot[outer]
-            _hang(inner, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, cost)
     total = 0.0
     for a in range(num_basic):
         total += f_u[a] * cost[b_p[a], b_q[a]]
@@ -247,7 +244,7 @@ def _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p):
     while rows_scanned < m:
         stop = min(rows_scanned + rows_per_block, m)
         while rows_scanned < stop:
-            row_min = _row_min(cost[p], demand_pot, n)
+            row_min = _row_min_wide(cost[p], demand_pot, n) if n >= ROW_MIN_WIDE else _row_min(cost[p], demand_pot, n)
             if row_min - pot[p] < best:
                 best = row_min - pot[p]
                 best_row_min = row_min
@@ -274,28 +271,24 @@ def _cycle_step(node, m, demand_side, parent_arc, cyc_arc, cyc_node, at):
 
 
 @njit(cache=True, nogil=True)
-def _cycle_by_depth(m, enter_p, enter_q, parent, parent_arc, depth, cyc_arc, cyc_node, top):
-    """The entering arc's cycle by depths: both ends climb to their meeting node."""
+def _cycle_by_size(m, enter_p, enter_q, parent, parent_arc, size, cyc_arc, cyc_node, top):
+    """The entering arc's cycle by subtree sizes: of two distinct nodes, the one with the
+    smaller subtree is no ancestor of the other, so it climbs; they meet at the join.
+    Returns ``(len_a, len_b, join)``."""
     a_node = m + enter_q
     b_node = enter_p
     len_a = 0
     len_b = 0
-    while depth[a_node] > depth[b_node]:
-        _cycle_step(a_node, m, True, parent_arc, cyc_arc, cyc_node, len_a)
-        len_a += 1
-        a_node = parent[a_node]
-    while depth[b_node] > depth[a_node]:
-        _cycle_step(b_node, m, False, parent_arc, cyc_arc, cyc_node, top - len_b)
-        len_b += 1
-        b_node = parent[b_node]
     while a_node != b_node:
-        _cycle_step(a_node, m, True, parent_arc, cyc_arc, cyc_node, len_a)
-        len_a += 1
-        a_node = parent[a_node]
-        _cycle_step(b_node, m, False, parent_arc, cyc_arc, cyc_node, top - len_b)
-        len_b += 1
-        b_node = parent[b_node]
-    return len_a, len_b
+        if size[a_node] < size[b_node]:
+            _cycle_step(a_node, m, True, parent_arc, cyc_arc, cyc_node, len_a)
+            len_a += 1
+            a_node = parent[a_node]
+        else:
+            _cycle_step(b_node, m, False, parent_arc, cyc_arc, cyc_node, top - len_b)
+            len_b += 1
+            b_node = parent[b_node]
+    return len_a, len_b, a_node
 
 
 @njit(cache=True, nogil=True)
@@ -418,6 +411,109 @@ def _rehang_masks(
         pot[w] += shift_supply if w < m else -shift_supply
 
 
+@njit(cache=True, nogil=True)
+def _rehang_order(
+    m, num_nodes, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch,
+    pot, stem, stem_size, cost, join,
+):  # fmt: skip
+    """Re-hang the subtree cut off by the leaving arc below the entering arc, on a preorder.
+
+    The tree is kept as a preorder array ``order`` (with ``pos``, its inverse) and subtree
+    sizes, so a subtree is the run ``order[pos[v] : pos[v] + size[v]]``. The cut-off
+    subtree T (rooted at ``leave_node``) re-rooted at its entering-arc end ``inner`` along
+    the stem ``inner = s_0, ..., s_k = leave_node`` has the preorder: s_0's old run, then
+    s_1's old run without s_0's, ..., s_k's without s_(k-1)'s. That run moves next to
+    ``outer`` (as its first or last child, whichever moves fewer entries), sizes change
+    along the stem and from either end of the cycle up to the join, parents along the stem,
+    and T's potentials by one shift (``u + v = c`` on the entering arc). Every step is a
+    loop over T, the stem, the cycle or the moved entries; no traversal.
+    """
+    if leave_on_a:
+        inner, outer = m + enter_q, enter_p
+    else:
+        inner, outer = enter_p, m + enter_q
+    t_size = size[leave_node]
+    t0 = pos[leave_node]
+    old_parent = parent[leave_node]
+    # Where T goes, in old positions: right after outer, or after outer's old run.
+    first = pos[outer] + 1
+    last = pos[outer] + size[outer]
+    if abs(first - t0) <= abs(last - t0 - t_size):
+        ins = first
+    else:
+        ins = last
+    # The stem, with its old sizes.
+    k = 0
+    stem[0] = inner
+    stem_size[0] = size[inner]
+    while stem[k] != leave_node:
+        stem[k + 1] = parent[stem[k]]
+        stem_size[k + 1] = size[stem[k + 1]]
+        k += 1
+    # T's new preorder into scratch.
+    w = 0
+    prev_lo = 0
+    prev_hi = 0
+    for i in range(k + 1):
+        lo = pos[stem[i]]
+        hi = lo + stem_size[i]
+        if i == 0:
+            for j in range(lo, hi):
+                scratch[w] = order[j]
+                w += 1
+        else:
+            for j in range(lo, prev_lo):
+                scratch[w] = order[j]
+                w += 1
+            for j in range(prev_hi, hi):
+                scratch[w] = order[j]
+                w += 1
+        prev_lo = lo
+        prev_hi = hi
+    # Splice: close T's old run, open one at ins.
+    if ins <= t0:
+        for j in range(t0 - 1, ins - 1, -1):
+            order[j + t_size] = order[j]
+            pos[order[j]] = j + t_size
+        base = ins
+    else:
+        for j in range(t0 + t_size, ins):
+            order[j - t_size] = order[j]
+            pos[order[j]] = j - t_size
+        base = ins - t_size
+    shift = cost[enter_p, enter_q] - pot[outer] - pot[inner]
+    shift_supply = shift if inner < m else -shift
+    for j in range(t_size):
+        v = scratch[j]
+        order[base + j] = v
+        pos[v] = base + j
+        pot[v] += shift_supply if v < m else -shift_supply
+    # Sizes: along the stem (s_i keeps its old run less s_(i-1)'s, plus s_(i+1)'s new
+    # subtree), then T leaves old_parent's path to the join and joins outer's.
+    grown = 0
+    for i in range(k, 0, -1):
+        grown += stem_size[i] - stem_size[i - 1]
+        size[stem[i]] = grown
+    size[inner] = t_size
+    v = old_parent
+    while v != join:
+        size[v] -= t_size
+        v = parent[v]
+    v = outer
+    while v != join:
+        size[v] += t_size
+        v = parent[v]
+    # Parents: reversed along the stem; the entering arc takes the leaving arc's slot.
+    carry = parent_arc[inner]
+    parent[inner] = outer
+    parent_arc[inner] = leave
+    for i in range(1, k + 1):
+        held = parent_arc[stem[i]]
+        parent_arc[stem[i]] = carry
+        carry = held
+        parent[stem[i]] = stem[i - 1]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     """Send as much as possible from supply ``p`` to demand ``q`` as basic arc ``count``."""
@@ -461,75 +557,163 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
 
 @njit(cache=True, nogil=True)
 def _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
-    """Vogel's approximation: fill the cheapest cell of the line whose two cheapest open
-    cells differ most. Costlier than the row-minimum rule but far fewer pivots follow on
-    large problems (DD's 300 x 300: 2,200 instead of 3,800)."""
+    """Vogel's approximation: fill the cheapest open cell of the line whose two cheapest
+    open cells differ most (the first such row, unless a column differs strictly more).
+    Costlier than the row-minimum rule but far fewer pivots follow (DD's 300 x 300: 2,200
+    instead of 3,800).
+
+    Closing a line changes the two cheapest open cells of the crossing lines that held it.
+    Rescanning such a line is what made this start cost a third of a DD solve, so each
+    line keeps its ``VOGEL_CANDIDATES`` cheapest cells (ties by index) from its last scan:
+    while two of them are open they are its two cheapest open cells, and only when fewer
+    are left is the line scanned again. Penalties live in arrays (``-1`` once closed) and a
+    step takes two branch-free maxima over them; columns are scanned in a transposed copy.
+    """
     m, n = cost.shape
+    cost_t = cost.T.copy()
     row_open = np.ones(m, dtype=np.bool_)
     col_open = np.ones(n, dtype=np.bool_)
     r1 = np.empty(m, dtype=np.int64)  # each open row's cheapest and second-cheapest open column
     r2 = np.empty(m, dtype=np.int64)
     c1 = np.empty(n, dtype=np.int64)
     c2 = np.empty(n, dtype=np.int64)
+    row_pen = np.empty(m, dtype=np.float64)
+    col_pen = np.empty(n, dtype=np.float64)
+    row_cand = np.empty((m, VOGEL_CANDIDATES), dtype=np.int64)
+    col_cand = np.empty((n, VOGEL_CANDIDATES), dtype=np.int64)
+    row_num = np.empty(m, dtype=np.int64)
+    col_num = np.empty(n, dtype=np.int64)
     for p in range(m):
-        r1[p], r2[p] = _two_cheapest(cost[p, :], col_open)
+        row_num[p] = _candidates(cost[p], col_open, row_cand[p])
+        r1[p], r2[p], row_pen[p] = _two_cheapest(cost[p], col_open, row_cand[p], row_num[p])
     for q in range(n):
-        c1[q], c2[q] = _two_cheapest(cost[:, q], row_open)
+        col_num[q] = _candidates(cost_t[q], row_open, col_cand[q])
+        c1[q], c2[q], col_pen[q] = _two_cheapest(cost_t[q], row_open, col_cand[q], col_num[q])
     for count in range(m + n - 1):
-        best_pen = -1.0
-        bp = -1
-        bq = -1
-        for p in range(m):
-            if row_open[p]:
-                pen = cost[p, r2[p]] - cost[p, r1[p]] if r2[p] >= 0 else np.inf
-                if pen > best_pen:
-                    best_pen, bp, bq = pen, p, r1[p]
-        for q in range(n):
-            if col_open[q]:
-                pen = cost[c2[q], q] - cost[c1[q], q] if c2[q] >= 0 else np.inf
-                if pen > best_pen:
-                    best_pen, bp, bq = pen, c1[q], q
+        row_best = _max(row_pen, m)
+        col_best = _max(col_pen, n)
+        if col_best > row_best:
+            bq = 0
+            while col_pen[bq] != col_best:
+                bq += 1
+            bp = c1[bq]
+        else:
+            bp = 0
+            while row_pen[bp] != row_best:
+                bp += 1
+            bq = r1[bp]
         _allocate(bp, bq, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
         if rs_u[bp] == 0 and rs_e[bp] == 0:
             row_open[bp] = False
+            row_pen[bp] = -1.0
             for j in range(n):
                 if col_open[j] and (c1[j] == bp or c2[j] == bp):
-                    c1[j], c2[j] = _two_cheapest(cost[:, j], row_open)
+                    c1[j], c2[j], col_pen[j] = _two_cheapest(cost_t[j], row_open, col_cand[j], col_num[j])
+                    if c2[j] < 0 and col_num[j] == VOGEL_CANDIDATES:  # candidates spent: rescan
+                        col_num[j] = _candidates(cost_t[j], row_open, col_cand[j])
+                        c1[j], c2[j], col_pen[j] = _two_cheapest(cost_t[j], row_open, col_cand[j], col_num[j])
         if rd_u[bq] == 0 and rd_e[bq] == 0:
             col_open[bq] = False
+            col_pen[bq] = -1.0
             for i in range(m):
                 if row_open[i] and (r1[i] == bq or r2[i] == bq):
-                    r1[i], r2[i] = _two_cheapest(cost[i, :], col_open)
+                    r1[i], r2[i], row_pen[i] = _two_cheapest(cost[i], col_open, row_cand[i], row_num[i])
+                    if r2[i] < 0 and row_num[i] == VOGEL_CANDIDATES:
+                        row_num[i] = _candidates(cost[i], col_open, row_cand[i])
+                        r1[i], r2[i], row_pen[i] = _two_cheapest(cost[i], col_open, row_cand[i], row_num[i])
+
+
+@njit(cache=True, nogil=True)
+def _candidates(costs, is_open, cand):
+    """The (at most) ``len(cand)`` cheapest open entries into ``cand``, ascending by cost,
+    ties by index; returns how many."""
+    size = cand.shape[0]
+    num = 0
+    for j in range(costs.shape[0]):
+        if is_open[j] and (num < size or costs[j] < costs[cand[num - 1]]):
+            pos = num if num < size else size - 1
+            while pos > 0 and costs[cand[pos - 1]] > costs[j]:
+                cand[pos] = cand[pos - 1]
+                pos -= 1
+            cand[pos] = j
+            if num < size:
+                num += 1
+    return num
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _two_cheapest(costs, is_open):
-    """Indices of the cheapest and second-cheapest open entries (-1 where none)."""
+def _two_cheapest(costs, is_open, cand, num):
+    """The first two open candidates (``-1`` where none) and their Vogel penalty (cost
+    difference; ``CLOSED``, the method's infinity, for a line with one open cell)."""
     a = -1
     b = -1
-    for j in range(costs.shape[0]):
-        if is_open[j]:
-            if a < 0 or costs[j] < costs[a]:
-                b = a
-                a = j
-            elif b < 0 or costs[j] < costs[b]:
-                b = j
-    return a, b
+    for t in range(num):
+        if is_open[cand[t]]:
+            if a < 0:
+                a = cand[t]
+            else:
+                b = cand[t]
+                break
+    return a, b, (costs[b] - costs[a] if b >= 0 else CLOSED)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _max(values, n):
+    """``max(values[:n])``, ``n >= 1``, in any order (fastmath: no infinities here); the
+    result is one of the values, bit for bit."""
+    high = values[0]
+    for i in range(1, n):
+        high = max(high, values[i])
+    return high
 
 
 @njit(cache=True, nogil=True, fastmath=True)
 def _row_min(row, demand_pot, n):
-    """``min_q row[q] - demand_pot[q]``, ``n >= 1``.
+    """``min_q row[q] - demand_pot[q]``, ``n >= 1``, one running minimum.
 
-    Fastmath lets the reduction run in any order (several accumulators; no infinities
-    may occur, hence the finite ``CLOSED``). Not inlined: an inlined body takes its caller's
-    strict flags, and was measured slower so. The result is one of the differences, bit
-    for bit: :func:`_first_at` relies on that.
+    Fastmath lets the reduction run in any order (no infinities may occur, hence the
+    finite ``CLOSED``). Not inlined: an inlined body takes its caller's strict flags, and
+    was measured slower so. The result is one of the differences, bit for bit:
+    :func:`_first_at` relies on that. Long rows use :func:`_row_min_wide`.
     """
     low = row[0] - demand_pot[0]
     for q in range(1, n):
         low = min(low, row[q] - demand_pot[q])
     return low
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _row_min_wide(row, demand_pot, n):
+    """:func:`_row_min` in four running minima over interleaved columns, merged at the end.
+
+    LLVM neither vectorises nor reorders one running minimum, even under fastmath, so
+    that loop waits on each comparison: 1.1 ns a column on DD's 243-column rows, 0.33 ns
+    in four (measured on this machine). On NCI1's 18-column rows one minimum is faster,
+    hence two functions (and a choice per solve, see ``ROW_MIN_WIDE``). Also bit for bit
+    one of the differences.
+    """
+    low0 = row[0] - demand_pot[0]
+    low1 = low0
+    low2 = low0
+    low3 = low0
+    q = 1
+    while q + 4 <= n:
+        x0 = row[q] - demand_pot[q]
+        x1 = row[q + 1] - demand_pot[q + 1]
+        x2 = row[q + 2] - demand_pot[q + 2]
+        x3 = row[q + 3] - demand_pot[q + 3]
+        low0 = x0 if x0 < low0 else low0
+        low1 = x1 if x1 < low1 else low1
+        low2 = x2 if x2 < low2 else low2
+        low3 = x3 if x3 < low3 else low3
+        q += 4
+    while q < n:
+        x0 = row[q] - demand_pot[q]
+        low0 = x0 if x0 < low0 else low0
+        q += 1
+    low0 = low1 if low1 < low0 else low0
+    low2 = low3 if low3 < low2 else low2
+    return low2 if low2 < low0 else low0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -555,14 +739,18 @@ def _argmin_at(row, offset, n):
 
 
 @njit(cache=True, nogil=True)
-def _hang(root, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, cost):
-    """Set parents, depths and potentials of ``root``'s subtree (root's own already set)."""
-    queue[0] = root
-    read = 0
-    write = 1
-    while read < write:
-        v = queue[read]
-        read += 1
+def _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, pos, stack, cost):
+    """Parents, potentials and a preorder of the basis tree hung from node 0 (whose own
+    are set), by a depth-first walk over the adjacency lists."""
+    stack[0] = 0
+    top = 1
+    visited = 0
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        order[visited] = v
+        pos[v] = visited
+        visited += 1
         slot = head[v]
         while slot >= 0:
             a = slot >> 1
@@ -570,8 +758,7 @@ def _hang(root, m, b_p, b_q, head, nxt, parent, parent_arc, depth, pot, queue, c
             if w != parent[v]:
                 parent[w] = v
                 parent_arc[w] = a
-                depth[w] = depth[v] + 1
                 pot[w] = cost[b_p[a], b_q[a]] - pot[v]
-                queue[write] = w
-                write += 1
+                stack[top] = w
+                top += 1
             slot = nxt[slot]
