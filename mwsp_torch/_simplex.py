@@ -43,15 +43,15 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     Until 2026-11-22 a breadth-first walk over adjacency lists re-hung T; on DD's
     problems (550 points) that walk was 40 % of a solve.
 
-Measured by ``benchmarks/solver_settings.py`` (the solver alone, one thread, problems
-as the engine poses them, one run each; ``--mask-max-nodes 0 63`` compares the trees).
-With masks up to 63 points: NCI1 d=2, k=0 (18 x 18) 13.8 us per solve, ENZYMES d=3, k=1
-(29 x 29, many over 63 points) 53.4 us, PROTEINS d=2, k=0 62.3 us; with the preorder
-only 17.8, 58.0 and 64.4 us; with the adjacency lists of before 19.7, 68.6 and 82.5 us
-(20,000 problems, an earlier run). DD d=2, k=0 (100 problems, mean 280 x 265): 5.4 ms
-per solve, against 8.4 ms with the lists and the old Vogel start, and 6.3 ms for POT's
-``emd_c`` (``ot.lp.emd_wrap``) called from Python. POT's own C++ ``EMD_wrap`` called
-without Python took 23 us on NCI1's 16 x 16 problems. Developers: numba caches a caller by its own
+Measured by ``benchmarks/solver_settings.py --pot`` (the solver alone, one thread,
+problems as the engine poses them, one run; ``--mask-max-nodes 0 63`` compares the trees;
+POT is ``ot.lp.emd_wrap.emd_c`` called once per problem from Python, so about 15-20 us of
+each small figure is the call). With masks up to 63 points: NCI1 d=2, k=0 (18 x 18)
+13.6 us per solve, ENZYMES d=3, k=1 (29 x 29, many over 63 points) 47.6 us, PROTEINS
+d=2, k=0 52.6 us; with the preorder only 17.5, 51.8 and 55.6 us; POT 35.9, 76.7 and 78.9
+us. The adjacency lists of before took 19.7, 68.6 and 82.5 us (an earlier run). DD
+d=2, k=0 (200 problems, 267 x 255): 3.6 ms per solve, POT 5.1 ms (the lists took about
+8.4 ms); REDDIT-BINARY d=2, k=0 (72 x 66): 262 us, POT 486 us. Developers: numba caches a caller by its own
 file, so after editing this module delete the ``*.nbi``/``*.nbc`` files under
 ``mwsp_torch/__pycache__``.
 """
