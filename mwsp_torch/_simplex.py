@@ -88,7 +88,7 @@ VOGEL_CANDIDATES = 8
 ROW_MIN_WIDE = 32
 
 #: Problems of at most this many points (both sides; 63 at most) keep the basis tree's
-#: ancestor sets as int64 bit masks, larger ones as adjacency lists (see the module notes).
+#: ancestor sets as int64 bit masks, larger ones as a preorder array (see the module notes).
 MASK_MAX_NODES = 63
 
 
@@ -122,7 +122,7 @@ def transport_cost(
             this, else from the row-minimum rule (the optimum does not depend on it).
         min_block_arcs: the fewest arcs a pricing block spans (nor does the optimum).
         mask_max_nodes: keep the basis tree as ancestor bit masks when ``m + n`` is at
-            most this (at most 63), else as adjacency lists (nor does the optimum).
+            most this (at most 63), else as a preorder array (nor does the optimum).
 
     Returns:
         float64 optimal cost (not divided by the total mass).
@@ -165,7 +165,7 @@ def transport_cost(
         _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
     else:
         _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-    # Linked adjacency: arc a has half-edges 2a (at its supply) and 2a + 1 (at its demand).
+    # Linked adjacency, for the first walk only: arc a has half-edges 2a (at its supply) and 2a + 1 (at its demand).
     head[:] = -1
     for a in range(num_basic):
         nxt[2 * a] = head[b_p[a]]
