@@ -45,6 +45,15 @@ from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._simplex import transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
+
+#: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes one scatter buffer).
+PAIR_CHUNK = 256
+
+#: Without a distance table, costs come from one row scattered into a dense buffer when
+#: the bank has at most this many columns (2 MiB of float64; DD d=2,k=0 has 13,149, ENZYMES
+#: d=3,k=1 101,697), else from merging sorted rows: a buffer much larger than the caches
+#: would make every lookup a miss.
+DENSE_MAX_COLUMNS = 1 << 18
 SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
 
 
@@ -260,7 +269,37 @@ def _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass):
 
 
 @njit(cache=True, nogil=True)
-def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
+def _scattered_costs(indptr, indices, data, squares, pos_ids, neg_ids, dense, cost):
+    """Euclidean costs between two row lists, each row of the second scattered into ``dense``.
+
+    ``dense`` is all zeros, as long as the bank has columns, and is left all zeros. For
+    each row ``b`` of the second list, scattered, a row ``a`` of the first costs one
+    lookup per entry of ``a``: ``|a - b|^2`` is ``sum_(f in a) (a_f - b_f)^2`` plus
+    ``|b|^2 - sum_(f in a) b_f^2``, the mass of ``b`` outside ``a``. Both sums run in
+    column order as ``squares`` did, so a ``b`` inside ``a`` leaves exactly 0 there and
+    no term can go negative. Against a merge of the two sorted rows (:func:`_row_distance`)
+    this is about 6x faster on DD's rows (16 entries) and differs only in rounding.
+    """
+    for q in range(neg_ids.shape[0]):
+        b = neg_ids[q]
+        for t in range(indptr[b], indptr[b + 1]):
+            dense[indices[t]] = data[t]
+        for p in range(pos_ids.shape[0]):
+            a = pos_ids[p]
+            inside = 0.0
+            shared = 0.0
+            for t in range(indptr[a], indptr[a + 1]):
+                other = dense[indices[t]]
+                diff = data[t] - other
+                inside += diff * diff
+                shared += other * other
+            cost[p, q] = np.sqrt(inside + (squares[b] - shared))
+        for t in range(indptr[b], indptr[b + 1]):
+            dense[indices[t]] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense):
     """Exact W between two collapsed graphs sharing one row bank.
 
     W1 with a metric ground cost depends only on ``a - b`` (Kantorovich-Rubinstein),
@@ -276,12 +315,15 @@ def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table):
     if n_pos == 0:
         return 0.0
     cost = np.empty((n_pos, n_neg), dtype=np.float64)
-    for p in range(n_pos):
-        for q in range(n_neg):
-            if table.shape[0] > 0:
-                cost[p, q] = table[pos_ids[p], neg_ids[q]]
-            else:
-                cost[p, q] = _row_distance(indptr, indices, data, pos_ids[p], neg_ids[q])
+    if table.shape[0] == 0 and dense.shape[0] > 0:
+        _scattered_costs(indptr, indices, data, squares, pos_ids[:n_pos], neg_ids[:n_neg], dense, cost)
+    else:
+        for p in range(n_pos):
+            for q in range(n_neg):
+                if table.shape[0] > 0:
+                    cost[p, q] = table[pos_ids[p], neg_ids[q]]
+                else:
+                    cost[p, q] = _row_distance(indptr, indices, data, pos_ids[p], neg_ids[q])
     if n_pos == 1 or n_neg == 1:
         total = 0.0  # a single source or sink: the plan is forced
         for p in range(n_pos):
@@ -300,12 +342,32 @@ def _pair_supports(g, h, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_siz
 
 
 @njit(cache=True, parallel=True)
-def _pairs_kernel(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, out):
-    for t in prange(pairs.shape[0]):
-        sa, ca, na, sb, cb, nb = _pair_supports(
-            pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
-        )
-        out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table)
+def _pairs_kernel(
+    pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
+    dense_columns, out,
+):  # fmt: skip
+    """Exact W of each pair, in chunks of ``PAIR_CHUNK`` pairs so that each chunk has its
+    own zeroed scatter buffer of ``dense_columns`` entries (0: no scattered costs)."""
+    num_chunks = (pairs.shape[0] + PAIR_CHUNK - 1) // PAIR_CHUNK
+    for c in prange(num_chunks):
+        dense = np.zeros(dense_columns, dtype=np.float64)
+        for t in range(c * PAIR_CHUNK, min((c + 1) * PAIR_CHUNK, pairs.shape[0])):
+            sa, ca, na, sb, cb, nb = _pair_supports(
+                pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
+            )
+            out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense)
+
+
+@njit(cache=True)
+def _row_squares(indptr, data):
+    """Each row's squared norm, summed in column order (as :func:`_scattered_costs` sums)."""
+    out = np.zeros(indptr.shape[0] - 1, dtype=np.float64)
+    for a in range(out.shape[0]):
+        total = 0.0
+        for t in range(indptr[a], indptr[a + 1]):
+            total += data[t] * data[t]
+        out[a] = total
+    return out
 
 
 @njit(cache=True, parallel=True)
@@ -330,6 +392,7 @@ def exact_distances(
     table_bytes: int = 1 << 27,
     checkpoint: str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
+    dense_max_columns: int = DENSE_MAX_COLUMNS,
 ) -> np.ndarray:
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
@@ -348,6 +411,9 @@ def exact_distances(
         checkpoint (path, optional): directory keeping finished tiles; a run
             started again with the same inputs reloads them and computes only the rest.
         progress (callable, optional): called with the number of pairs done.
+        dense_max_columns (int): without a table, scatter rows into a dense buffer when
+            the bank has at most this many columns (default ``DENSE_MAX_COLUMNS``; 0 always
+            merges sorted rows). Either way the costs agree to rounding.
 
     Returns:
         ``[m]`` float64 distances.
@@ -357,6 +423,9 @@ def exact_distances(
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
+    num_columns = int(indices.max()) + 1 if len(indices) else 0
+    dense_columns = num_columns if num_columns <= dense_max_columns else 0
+    squares = _row_squares(indptr, data)
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     previous = numba.get_num_threads()
@@ -371,7 +440,10 @@ def exact_distances(
                 continue
             if table.shape[0] == 0 and 0 < num_rows * num_rows * 8 <= table_bytes:
                 table = _row_distance_table(indptr, indices, data)
-            _pairs_kernel(pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, out[lo:hi])
+            dense = 0 if table.shape[0] > 0 else dense_columns
+            _pairs_kernel(
+                pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, squares, dense, out[lo:hi]
+            )
             if store is not None:
                 store.save(index, out[lo:hi])
             if progress is not None:

@@ -9,12 +9,21 @@ from pathlib import Path
 import numpy as np
 import ot
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simplex import transport_cost
-from mwsp_torch.transport import exact_distances, pot_distances, upper_pairs
+from mwsp_torch.transport import (
+    _bank_arrays,
+    _row_squares,
+    _scattered_costs,
+    cost_matrix,
+    exact_distances,
+    pot_distances,
+    upper_pairs,
+)
 
 from conftest import DEVICES, make_data
 from reference import distance_matrix
@@ -78,8 +87,38 @@ def test_without_distance_table_gives_the_same(monkeypatch):
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     model = MWSP(d=2, k=1).fit(graphs)
     pairs = upper_pairs(len(graphs))
-    on_the_fly = exact_distances(model.support_, model.support_, pairs, table_bytes=0)
-    np.testing.assert_array_equal(on_the_fly, model.distances_[pairs[:, 0], pairs[:, 1]])
+    with_table = model.distances_[pairs[:, 0], pairs[:, 1]]
+    # Merging sorted rows is how the table is built: the same costs, bit for bit.
+    merged = exact_distances(model.support_, model.support_, pairs, table_bytes=0, dense_max_columns=0)
+    np.testing.assert_array_equal(merged, with_table)
+    # Scattered rows sum in another order: equal to rounding, and to POT.
+    scattered = exact_distances(model.support_, model.support_, pairs, table_bytes=0)
+    np.testing.assert_allclose(scattered, with_table, rtol=1e-12, atol=0)
+    assert np.all(scattered[with_table == 0] == 0)
+    reference = pot_distances(model.support_, model.support_, pairs)
+    np.testing.assert_allclose(scattered, reference, rtol=1e-9, atol=1e-14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_scattered_costs_equal_merged_costs(seed):
+    """Sparse rows with shared, disjoint and nested supports (values with rounding)."""
+    rng = np.random.default_rng(seed)
+    num_rows, num_columns = 12, 9
+    dense_rows = rng.integers(0, 4, size=(num_rows, num_columns)) / rng.integers(1, 7, size=(num_rows, 1))
+    dense_rows[rng.random(size=dense_rows.shape) < 0.5] = 0.0
+    dense_rows[1] = dense_rows[0] * (rng.random(num_columns) < 0.5)  # a row inside another
+    bank = sp.csr_matrix(dense_rows)
+    indptr, indices, data = _bank_arrays(bank)
+    ids = np.arange(num_rows, dtype=np.int64)
+    merged = cost_matrix(indptr, indices, data, ids, ids)
+    scattered = np.empty((num_rows, num_rows))
+    buffer = np.zeros(num_columns)
+    _scattered_costs(indptr, indices, data, _row_squares(indptr, data), ids, ids, buffer, scattered)
+    np.testing.assert_allclose(scattered, merged, rtol=1e-12, atol=1e-15)
+    assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
+    exact = np.sqrt(((dense_rows[:, None, :] - dense_rows[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(scattered, exact, rtol=1e-12, atol=1e-15)
 
 
 def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
