@@ -215,8 +215,8 @@ def transport_cost(
             )  # fmt: skip
         else:
             _rehang_order(
-                m, num_nodes, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos,
-                scratch, pot, stem, down, cost, join,
+                m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch, pot,
+                stem, down, cost, join,
             )  # fmt: skip
         # Slot `leave` now holds the entering arc.
         b_p[leave] = enter_p
@@ -360,6 +360,21 @@ def _popcount(x):
     return (x * 0x0101010101010101) >> 56
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _reverse_stem(outer, leave, k, stem, parent, parent_arc):
+    """Parents along the stem ``stem[0] = inner, ..., stem[k] = leave_node`` reversed:
+    ``inner`` hangs from ``outer`` by the entering arc (which takes the leaving arc's slot
+    ``leave``), and each ``stem[i]`` from ``stem[i - 1]`` by the arc that joined them."""
+    carry = parent_arc[stem[0]]
+    parent[stem[0]] = outer
+    parent_arc[stem[0]] = leave
+    for i in range(1, k + 1):
+        held = parent_arc[stem[i]]
+        parent_arc[stem[i]] = carry
+        carry = held
+        parent[stem[i]] = stem[i - 1]
+
+
 @njit(cache=True, nogil=True)
 def _rehang_masks(
     m, num_nodes, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, anc, pot, stem, down, cost
@@ -391,14 +406,7 @@ def _rehang_masks(
         down[k + 1] = down[k] | (1 << stem[k + 1])
         k += 1
     stem_mask = down[k]
-    carry = parent_arc[inner]
-    parent[inner] = outer
-    parent_arc[inner] = leave  # the entering arc takes the leaving arc's slot
-    for i in range(1, k + 1):
-        held = parent_arc[stem[i]]
-        parent_arc[stem[i]] = carry
-        carry = held
-        parent[stem[i]] = stem[i - 1]
+    _reverse_stem(outer, leave, k, stem, parent, parent_arc)
     members = 0  # T as a mask
     for w in range(num_nodes):
         members |= ((anc[w] >> leave_node) & 1) << w
@@ -414,8 +422,8 @@ def _rehang_masks(
 
 @njit(cache=True, nogil=True)
 def _rehang_order(
-    m, num_nodes, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch,
-    pot, stem, stem_size, cost, join,
+    m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch, pot, stem,
+    stem_size, cost, join,
 ):  # fmt: skip
     """Re-hang the subtree cut off by the leaving arc below the entering arc, on a preorder.
 
@@ -504,15 +512,7 @@ def _rehang_order(
     while v != join:
         size[v] += t_size
         v = parent[v]
-    # Parents: reversed along the stem; the entering arc takes the leaving arc's slot.
-    carry = parent_arc[inner]
-    parent[inner] = outer
-    parent_arc[inner] = leave
-    for i in range(1, k + 1):
-        held = parent_arc[stem[i]]
-        parent_arc[stem[i]] = carry
-        carry = held
-        parent[stem[i]] = stem[i - 1]
+    _reverse_stem(outer, leave, k, stem, parent, parent_arc)
 
 
 @njit(cache=True, nogil=True, inline="always")
