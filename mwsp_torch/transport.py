@@ -217,12 +217,18 @@ def _row_distance(indptr, indices, data, a, b):
 
 
 @njit(cache=True, nogil=True)
-def cost_matrix(indptr, indices, data, support_a, support_b):
-    """Euclidean ground costs between two lists of row IDs of one CSR bank."""
-    out = np.empty((support_a.shape[0], support_b.shape[0]), dtype=np.float64)
+def _merged_costs(indptr, indices, data, support_a, support_b, out):
+    """Euclidean costs between two lists of row IDs into ``out``, each by merging two rows."""
     for p in range(support_a.shape[0]):
         for q in range(support_b.shape[0]):
             out[p, q] = _row_distance(indptr, indices, data, support_a[p], support_b[q])
+
+
+@njit(cache=True, nogil=True)
+def cost_matrix(indptr, indices, data, support_a, support_b):
+    """Euclidean ground costs between two lists of row IDs of one CSR bank."""
+    out = np.empty((support_a.shape[0], support_b.shape[0]), dtype=np.float64)
+    _merged_costs(indptr, indices, data, support_a, support_b, out)
     return out
 
 
@@ -315,15 +321,14 @@ def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares
     if n_pos == 0:
         return 0.0
     cost = np.empty((n_pos, n_neg), dtype=np.float64)
-    if table.shape[0] == 0 and dense.shape[0] > 0:
-        _scattered_costs(indptr, indices, data, squares, pos_ids[:n_pos], neg_ids[:n_neg], dense, cost)
-    else:
+    if table.shape[0] > 0:
         for p in range(n_pos):
             for q in range(n_neg):
-                if table.shape[0] > 0:
-                    cost[p, q] = table[pos_ids[p], neg_ids[q]]
-                else:
-                    cost[p, q] = _row_distance(indptr, indices, data, pos_ids[p], neg_ids[q])
+                cost[p, q] = table[pos_ids[p], neg_ids[q]]
+    elif dense.shape[0] > 0:
+        _scattered_costs(indptr, indices, data, squares, pos_ids[:n_pos], neg_ids[:n_neg], dense, cost)
+    else:
+        _merged_costs(indptr, indices, data, pos_ids[:n_pos], neg_ids[:n_neg], cost)
     if n_pos == 1 or n_neg == 1:
         total = 0.0  # a single source or sink: the plan is forced
         for p in range(n_pos):
@@ -423,9 +428,10 @@ def exact_distances(
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
+    use_table = 0 < num_rows * num_rows * 8 <= table_bytes
     num_columns = int(indices.max()) + 1 if len(indices) else 0
-    dense_columns = num_columns if num_columns <= dense_max_columns else 0
-    squares = _row_squares(indptr, data)
+    dense_columns = num_columns if not use_table and num_columns <= dense_max_columns else 0
+    squares = _row_squares(indptr, data) if dense_columns else np.empty(0, dtype=np.float64)
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     previous = numba.get_num_threads()
@@ -438,12 +444,12 @@ def exact_distances(
                 if progress is not None:
                     progress(hi - lo)
                 continue
-            if table.shape[0] == 0 and 0 < num_rows * num_rows * 8 <= table_bytes:
+            if use_table and table.shape[0] == 0:  # built once, and only if some tile needs it
                 table = _row_distance_table(indptr, indices, data)
-            dense = 0 if table.shape[0] > 0 else dense_columns
             _pairs_kernel(
-                pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, squares, dense, out[lo:hi]
-            )
+                pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, squares, dense_columns,
+                out[lo:hi],
+            )  # fmt: skip
             if store is not None:
                 store.save(index, out[lo:hi])
             if progress is not None:
