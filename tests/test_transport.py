@@ -17,6 +17,8 @@ from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simplex import transport_cost
 from mwsp_torch.transport import (
     _bank_arrays,
+    _column_method,
+    _inverted_costs,
     _row_squares,
     _scattered_costs,
     cost_matrix,
@@ -83,25 +85,37 @@ def test_compiled_engine_equals_pot_on_collapsed_pairs():
     np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
 
 
-def test_without_distance_table_gives_the_same(monkeypatch):
+def test_without_distance_table_gives_the_same():
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     model = MWSP(d=2, k=1).fit(graphs)
     pairs = upper_pairs(len(graphs))
     with_table = model.distances_[pairs[:, 0], pairs[:, 1]]
     # Merging sorted rows is how the table is built: the same costs, bit for bit.
-    merged = exact_distances(model.support_, model.support_, pairs, table_bytes=0, dense_max_columns=0)
+    merged = exact_distances(model.support_, model.support_, pairs, costs="merged")
     np.testing.assert_array_equal(merged, with_table)
-    # Scattered rows sum in another order: equal to rounding, and to POT.
-    scattered = exact_distances(model.support_, model.support_, pairs, table_bytes=0)
-    np.testing.assert_allclose(scattered, with_table, rtol=1e-12, atol=0)
-    assert np.all(scattered[with_table == 0] == 0)
     reference = pot_distances(model.support_, model.support_, pairs)
-    np.testing.assert_allclose(scattered, reference, rtol=1e-9, atol=1e-14)
+    # Lists and scattered rows sum in other orders: equal to rounding, and to POT.
+    for costs in ("lists", "scattered"):
+        got = exact_distances(model.support_, model.support_, pairs, costs=costs)
+        np.testing.assert_allclose(got, with_table, rtol=1e-12, atol=0)
+        assert np.all(got[with_table == 0] == 0)
+        np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
+    with pytest.raises(ValueError, match="costs='dense'"):
+        exact_distances(model.support_, model.support_, pairs, costs="dense")
+
+
+def test_column_method_follows_shared_columns():
+    # Rows on disjoint columns (DD-like) share none: inverted lists.
+    disjoint = sp.csr_matrix(np.kron(np.eye(50), np.ones((1, 8))))
+    assert _column_method(*_bank_arrays(disjoint)[:2], disjoint.shape[1]) == "lists"
+    # Rows on the same three columns (REDDIT-BINARY d=2,k=0) share them all: scattered.
+    crowded = sp.csr_matrix(np.arange(1, 151, dtype=float).reshape(50, 3))
+    assert _column_method(*_bank_arrays(crowded)[:2], crowded.shape[1]) == "scattered"
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1))
-def test_scattered_costs_equal_merged_costs(seed):
+def test_listed_and_scattered_costs_equal_merged_costs(seed):
     """Sparse rows with shared, disjoint and nested supports (values with rounding)."""
     rng = np.random.default_rng(seed)
     num_rows, num_columns = 12, 9
@@ -112,13 +126,23 @@ def test_scattered_costs_equal_merged_costs(seed):
     indptr, indices, data = _bank_arrays(bank)
     ids = np.arange(num_rows, dtype=np.int64)
     merged = cost_matrix(indptr, indices, data, ids, ids)
+    listed = np.empty((num_rows, num_rows))
+    head = np.zeros(num_columns, dtype=np.int32)
+    _inverted_costs(indptr, indices, data, _row_squares(indptr, data), ids, ids, head, listed)
+    np.testing.assert_allclose(listed, merged, rtol=1e-12, atol=1e-15)
+    assert np.all(np.diag(listed) == 0) and np.all(head == 0)
+    exact = np.sqrt(((dense_rows[:, None, :] - dense_rows[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(listed, exact, rtol=1e-12, atol=1e-15)
+    # Uneven lists: the first side a prefix, the second reversed (every row against every row).
+    uneven = np.empty((5, num_rows))
+    _inverted_costs(indptr, indices, data, _row_squares(indptr, data), ids[:5], ids[::-1].copy(), head, uneven)
+    np.testing.assert_allclose(uneven, exact[:5, ::-1], rtol=1e-12, atol=1e-15)
+    assert np.all(head == 0)
     scattered = np.empty((num_rows, num_rows))
     buffer = np.zeros(num_columns)
     _scattered_costs(indptr, indices, data, _row_squares(indptr, data), ids, ids, buffer, scattered)
-    np.testing.assert_allclose(scattered, merged, rtol=1e-12, atol=1e-15)
-    assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
-    exact = np.sqrt(((dense_rows[:, None, :] - dense_rows[None, :, :]) ** 2).sum(-1))
     np.testing.assert_allclose(scattered, exact, rtol=1e-12, atol=1e-15)
+    assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
 
 
 def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
