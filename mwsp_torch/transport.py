@@ -46,7 +46,7 @@ from mwsp_torch._simplex import transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
 
-#: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes one scatter buffer).
+#: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes its own column buffer).
 PAIR_CHUNK = 256
 
 #: Ways to the ground costs of :func:`exact_distances` (``costs=``); see there.
@@ -320,10 +320,11 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
     The shared sums run in column order as ``squares`` did, so each bracket is a full sum
     less a partial one of the same terms in the same order: never negative, and exactly 0
     when a row lies inside the other. Against :func:`_scattered_costs` (the only way without
-    a table until 2026-11-22), measured by ``benchmarks/costs_without_table.py``: 7.4x
-    fewer seconds on DD d=2,k=1 problems, 4.6x on DD d=2,k=0, 1.9x on ENZYMES d=3,k=1,
-    0.41x on REDDIT-BINARY d=2,k=0 (3 columns, all shared); rounding as the merge of two
-    sorted rows (:func:`_row_distance`) to 1e-15 on DD, 4e-14 on ENZYMES.
+    a table until 2026-11-22), measured by ``benchmarks/costs_without_table.py`` (costs
+    alone, one thread): 7.5x fewer seconds on DD d=2,k=1 problems, 4.7x on DD d=2,k=0,
+    2.1x on ENZYMES d=3,k=1, 0.39x on REDDIT-BINARY d=2,k=0 (3 columns, all shared);
+    rounding as the merge of two sorted rows (:func:`_row_distance`) to 1.3e-15 on DD,
+    3.5e-14 on ENZYMES.
     """
     n_pos = pos_ids.shape[0]
     total = 0
