@@ -343,6 +343,9 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
             where[e] = t
             owner[e] = p
             e += 1
+    pos_squares = np.empty(n_pos)
+    for p in range(n_pos):
+        pos_squares[p] = squares[pos_ids[p]]
     inside = np.zeros(n_pos)
     shared_a = np.zeros(n_pos)
     shared_b = np.zeros(n_pos)
@@ -366,10 +369,10 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
                 shared_b[p] += data[t] * data[t]
                 x = nxt[x - 1]
         for p in range(n_pos):
-            cost[p, q] = np.sqrt(squares[pos_ids[p]] + squares[b])
+            cost[p, q] = np.sqrt(pos_squares[p] + squares[b])
         for i in range(num_touched):
             p = touched[i]
-            cost[p, q] = np.sqrt(inside[p] + (squares[pos_ids[p]] - shared_a[p]) + (squares[b] - shared_b[p]))
+            cost[p, q] = np.sqrt(inside[p] + (pos_squares[p] - shared_a[p]) + (squares[b] - shared_b[p]))
             inside[p] = 0.0
             shared_a[p] = 0.0
             shared_b[p] = 0.0
