@@ -36,6 +36,7 @@ from mwsp_torch.transport import (  # noqa: E402
     _column_method,
     _inverted_costs,
     _merged_costs,
+    _pair_supports,
     _row_squares,
     _scattered_costs,
     exact_distances,
@@ -51,13 +52,12 @@ def _costs_only(pairs, ptr, sup, cnt, size, indptr, indices, data, squares, dens
     worst = 0.0
     for t in range(pairs.shape[0]):
         g, h = pairs[t, 0], pairs[t, 1]
-        sa, ca = sup[ptr[g] : ptr[g + 1]], cnt[ptr[g] : ptr[g + 1]]
-        sb, cb = sup[ptr[h] : ptr[h + 1]], cnt[ptr[h] : ptr[h + 1]]
+        sa, ca, na, sb, cb, nb = _pair_supports(g, h, ptr, sup, cnt, size, ptr, sup, cnt, size)
         pos_ids = np.empty(sa.shape[0], np.int64)
         pos_mass = np.empty(sa.shape[0], np.int64)
         neg_ids = np.empty(sb.shape[0], np.int64)
         neg_mass = np.empty(sb.shape[0], np.int64)
-        n_pos, n_neg = _cancel(sa, ca, size[g], sb, cb, size[h], pos_ids, pos_mass, neg_ids, neg_mass)
+        n_pos, n_neg = _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass)
         pos_ids, neg_ids = pos_ids[:n_pos], neg_ids[:n_neg]
         cost = np.empty((n_pos, n_neg))
         if method == 0:
