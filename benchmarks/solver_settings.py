@@ -18,13 +18,24 @@ simplex (``ot.lp.emd_wrap.emd_c``, the C++ solver behind ``ot.emd2``, called fro
 once per problem) on the same problems, best of the same repeats, its costs checked too.
 
     python benchmarks/solver_settings.py --problems DD:2:0 --pairs 100 --pot
+
+``--baseline REV`` adds a column for the solver as it was at git revision ``REV``
+(``mwsp_torch/_simplex.py`` read by ``git show``, compiled in a temporary directory) with
+the first setting, on the same problems, best of the same repeats, its costs checked:
+
+    python benchmarks/solver_settings.py --problems DD:2:1 --pairs 150 --baseline cc9dc13
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("KEOPS_VERBOSE", "0")
 
@@ -68,6 +79,33 @@ def _solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_ma
     return total
 
 
+def _baseline_solver(revision: str, directory: str):
+    """``_solve_all`` over the solver of git revision ``revision``, compiled from a copy in ``directory``."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:mwsp_torch/_simplex.py"],
+        cwd=Path(__file__).resolve().parent,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(directory) / f"_simplex_{revision}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    solve = module.transport_cost
+
+    @njit
+    def solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_max_nodes):
+        total = 0.0
+        for i in range(len(costs)):
+            total += solve(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes)
+        return total
+
+    return solve_all
+
+
 def _solve_all_pot(supplies, demands, costs):
     from ot.lp.emd_wrap import emd_c
 
@@ -87,12 +125,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pot", action="store_true", help="also time POT's emd_c on the same problems")
+    parser.add_argument("--baseline", metavar="REV", help="also time the solver of git revision REV")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        baseline = _baseline_solver(args.baseline, directory) if args.baseline else None
+        _compare(args, baseline)
+
+
+def _compare(args, baseline) -> None:
     settings = [(b, mask) for b in args.min_block_arcs for mask in args.mask_max_nodes]
     columns = " | ".join(f"blocks >= {b} arcs, masks <= {mask} points, us" for b, mask in settings)
     pot_column = " POT emd_c, us |" if args.pot else ""
-    print(f"| problems | mean size | {columns} | ratio |{pot_column}")
-    print("|---|---|" + "---|" * (len(settings) + 1 + args.pot))
+    baseline_column = f" {args.baseline}, us | {args.baseline} / first |" if baseline else ""
+    print(f"| problems | mean size | {columns} | ratio |{pot_column}{baseline_column}")
+    print("|---|---|" + "---|" * (len(settings) + 1 + args.pot + 2 * (baseline is not None)))
     for spec in args.problems:
         name, d, k = spec.split(":")
         supplies, demands, costs = problems(name, int(d), int(k), args.pairs, args.seed, args.stride)
@@ -100,6 +146,8 @@ def main() -> None:
         totals = {}
         for setting in settings:
             _solve_all(supplies, demands, costs, VOGEL_MIN_ARCS, *setting)  # compile, warm caches
+        if baseline is not None:
+            baseline(supplies, demands, costs, VOGEL_MIN_ARCS, *settings[0])
         for _ in range(args.repeats):
             for setting in settings:
                 start = time.perf_counter()
@@ -109,6 +157,10 @@ def main() -> None:
                 start = time.perf_counter()
                 totals["pot"] = _solve_all_pot(supplies, demands, costs)
                 best["pot"] = min(best.get("pot", np.inf), time.perf_counter() - start)
+            if baseline is not None:
+                start = time.perf_counter()
+                totals["baseline"] = baseline(supplies, demands, costs, VOGEL_MIN_ARCS, *settings[0])
+                best["baseline"] = min(best.get("baseline", np.inf), time.perf_counter() - start)
         reference = totals[settings[0]]
         for total in totals.values():
             if abs(total - reference) > 1e-9 * abs(reference):
@@ -119,7 +171,12 @@ def main() -> None:
             f"| {name} d={d},k={k} ({len(costs):,}) | {size[0]:.0f} x {size[1]:.0f} | "
             + " | ".join(f"{u:.1f}" for u in us)
             + f" | {us[0] / us[-1]:.2f}x |"
-            + (f" {best['pot'] / len(costs) * 1e6:.1f} |" if args.pot else ""),
+            + (f" {best['pot'] / len(costs) * 1e6:.1f} |" if args.pot else "")
+            + (
+                f" {best['baseline'] / len(costs) * 1e6:.1f} | {best['baseline'] / best[settings[0]]:.2f}x |"
+                if baseline is not None
+                else ""
+            ),
             flush=True,
         )
 

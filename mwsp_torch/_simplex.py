@@ -35,13 +35,16 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     only along the stem from the entering arc to the leaving one, T's potentials move by
     one shift (``u + v = c`` on the entering arc), and T's ancestor masks are rebuilt by
     bit operations, node by node over T's bits. No traversal, no adjacency lists.
-  - larger problems keep a preorder array of the tree and subtree sizes (the idea of the
-    thread and successor counts of network simplex codes such as LEMON's, here as arrays):
-    the cycle is found by climbing the end with the smaller subtree, T is a contiguous
-    run of the preorder, re-rooted at the entering arc by copying runs along the stem and
-    moved next to its new parent, and its potentials move by one shift. No traversal.
-    Until 2026-11-22 a breadth-first walk over adjacency lists re-hung T; on DD's
-    problems (550 points) that walk was 40 % of a solve.
+  - larger problems keep the tree's preorder as a doubly linked cycle (a thread), with
+    subtree sizes and each subtree's last node, as network simplex codes such as LEMON's
+    do: the cycle is found by climbing the end with the smaller subtree; T, re-rooted at
+    the entering arc, is relinked by a few pointers per node of the stem and spliced in
+    after its new parent; and the potentials of T, or of the rest of the tree when that
+    is smaller, move by one shift. Only that shift visits more than the stem and the
+    cycle. A breadth-first walk over adjacency lists re-hung T until the fifth session of
+    2026-11-22 (40 % of a DD solve), then a preorder array, whose copying of T and of
+    the entries between its old and new places took a DD pivot 1.2x longer than the
+    thread does (``solver_settings.py --baseline cc9dc13``).
 
 Measured by ``benchmarks/solver_settings.py --pot`` (the solver alone, one thread,
 problems as the engine poses them, one run; ``--mask-max-nodes 0 63`` compares the trees;
@@ -86,6 +89,12 @@ VOGEL_CANDIDATES = 8
 #: interleaved running minima (:func:`_row_min_wide`), of shorter ones in one
 #: (:func:`_row_min`).
 ROW_MIN_WIDE = 32
+
+#: A solve gives up with an error after this many pivots per squared point count. With
+#: Orden's perturbation the method cannot cycle, and the problems measured take a few
+#: pivots per point (NCI1 about 1, DD about 6), so only a broken basis tree gets there; it
+#: turns what would be an endless loop into an error.
+MAX_PIVOTS_PER_NODE_SQUARED = 50
 
 #: Problems of at most this many points (both sides; 63 at most) keep the basis tree's
 #: ancestor sets as int64 bit masks, larger ones as a preorder array (see the module notes).
@@ -132,7 +141,7 @@ def transport_cost(
     num_basic = m + n - 1
     num_nodes = m + n
     # One integer pool, carved into the working arrays (fewer allocations per solve).
-    pool = np.empty(2 * m + 2 * n + 10 * num_basic + 10 * num_nodes + 2, dtype=np.int64)
+    pool = np.empty(2 * m + 2 * n + 10 * num_basic + 15 * num_nodes + 2, dtype=np.int64)
     rs_u, o = _take(pool, 0, m)
     rs_e, o = _take(pool, o, m)
     rd_u, o = _take(pool, o, n)
@@ -147,13 +156,18 @@ def transport_cost(
     head, o = _take(pool, o, num_nodes)
     parent, o = _take(pool, o, num_nodes)
     parent_arc, o = _take(pool, o, num_nodes)
-    order, o = _take(pool, o, num_nodes)  # preorder of the basis tree
-    pos, o = _take(pool, o, num_nodes)  # each node's index in order
+    order, o = _take(pool, o, num_nodes)  # preorder of the first basis tree
     size, o = _take(pool, o, num_nodes)  # subtree sizes
+    thread, o = _take(pool, o, num_nodes)  # the preorder as a cycle: next node
+    rev, o = _take(pool, o, num_nodes)  # and previous node
+    last, o = _take(pool, o, num_nodes)  # each subtree's last node in the preorder
     scratch, o = _take(pool, o, num_nodes)
     anc, o = _take(pool, o, num_nodes)
     stem, o = _take(pool, o, num_nodes)
     down, o = _take(pool, o, num_nodes + 2)
+    stem_last, o = _take(pool, o, num_nodes)
+    stem_rev, o = _take(pool, o, num_nodes)
+    stem_next, o = _take(pool, o, num_nodes)
     pot = np.empty(num_nodes, dtype=np.float64)  # u_p at p, v_q at m + q
     # Residual masses as (units, eps) pairs: Orden's perturbation.
     rs_u[:] = supply
@@ -176,7 +190,7 @@ def transport_cost(
     parent[0] = -1
     parent_arc[0] = -1
     pot[0] = 0.0
-    _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, pos, scratch, cost)
+    _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, scratch, cost)
     use_masks = num_nodes <= min(mask_max_nodes, 63)
     if use_masks:
         anc[0] = 1
@@ -186,6 +200,10 @@ def transport_cost(
         size[:] = 1
         for i in range(num_nodes - 1, 0, -1):  # reverse preorder: children first
             size[parent[order[i]]] += size[order[i]]
+        for i in range(num_nodes):
+            thread[order[i]] = order[(i + 1) % num_nodes]
+            rev[order[(i + 1) % num_nodes]] = order[i]
+            last[order[i]] = order[i + size[order[i]] - 1]
     # Pricing blocks of ~sqrt(m n) arcs (POT's default), at least MIN_BLOCK_ARCS, in whole rows.
     rows_per_block = max(1, max(int(np.sqrt(m * n)), min_block_arcs) // n)
     demand_pot = pot[m:]
@@ -196,10 +214,14 @@ def transport_cost(
     tol = 1e-14 * max(scale, 1e-300)
     top = 2 * num_basic - 1
     p = 0
+    pivots_left = MAX_PIVOTS_PER_NODE_SQUARED * num_nodes * num_nodes
     while True:
         enter_p, enter_q, p = _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p)
         if enter_p < 0:
             break
+        pivots_left -= 1
+        if pivots_left < 0:
+            raise RuntimeError("transport_cost: pivot limit reached: the basis tree or its potentials are inconsistent")
         # Cycle: enter_p -> enter_q (+), then the tree path from enter_q back to enter_p,
         # the demand side stored from the front of cyc_arc, the supply side from the back.
         if use_masks:
@@ -214,9 +236,9 @@ def transport_cost(
                 down, cost,
             )  # fmt: skip
         else:
-            _rehang_order(
-                m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch, pot,
-                stem, down, cost, join,
+            _rehang_thread(
+                m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, thread, rev, last, pot,
+                stem, down, stem_last, stem_rev, stem_next, cost, join,
             )  # fmt: skip
         # Slot `leave` now holds the entering arc.
         b_p[leave] = enter_p
@@ -421,82 +443,76 @@ def _rehang_masks(
 
 
 @njit(cache=True, nogil=True)
-def _rehang_order(
-    m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, order, pos, scratch, pot, stem,
-    stem_size, cost, join,
+def _rehang_thread(
+    m, enter_p, enter_q, leave, leave_node, leave_on_a, parent, parent_arc, size, thread, rev, last, pot, stem,
+    stem_size, stem_last, stem_rev, stem_next, cost, join,
 ):  # fmt: skip
-    """Re-hang the subtree cut off by the leaving arc below the entering arc, on a preorder.
+    """Re-hang the subtree cut off by the leaving arc below the entering arc, on a thread.
 
-    The tree is kept as a preorder array ``order`` (with ``pos``, its inverse) and subtree
-    sizes, so a subtree is the run ``order[pos[v] : pos[v] + size[v]]``. The cut-off
-    subtree T (rooted at ``leave_node``) re-rooted at its entering-arc end ``inner`` along
-    the stem ``inner = s_0, ..., s_k = leave_node`` has the preorder: s_0's old run, then
-    s_1's old run without s_0's, ..., s_k's without s_(k-1)'s. That run moves next to
-    ``outer`` (as its first or last child, whichever moves fewer entries), sizes change
-    along the stem and from either end of the cycle up to the join, parents along the stem,
-    and T's potentials by one shift (``u + v = c`` on the entering arc). Every step is a
-    loop over T, the stem, the cycle or the moved entries; no traversal.
+    The tree's preorder is a doubly linked cycle (``thread`` to the next node, ``rev`` to
+    the previous one) with subtree sizes and each subtree's last node ``last``, so a
+    subtree is the run ``v .. last[v]``. The cut-off subtree T (rooted at ``leave_node``)
+    re-rooted at its entering-arc end ``inner`` along the stem ``inner = s_0, ..., s_k =
+    leave_node`` has the preorder: s_0's old run, then s_1's old run without s_0's, ...,
+    s_k's without s_(k-1)'s. Each such piece is at most two stretches of the old thread,
+    so T is relinked by a few pointers per stem node, cut out and spliced in after
+    ``outer`` (as its first child); ``last`` changes on the stem and on the two paths
+    where a run ended at T's old end or at ``outer``. Sizes change along the stem and from
+    either end of the cycle up to the join, parents along the stem, and T's potentials by
+    one shift (``u + v = c`` on the entering arc), a walk of T's thread, or the rest of
+    the tree by the opposite shift when that is smaller: the only step that visits more
+    than the stem and the cycle. Classic network simplex codes (LEMON's ``thread``, ``succ_num`` and
+    ``last_succ``) keep the same lists.
     """
     if leave_on_a:
         inner, outer = m + enter_q, enter_p
     else:
         inner, outer = enter_p, m + enter_q
     t_size = size[leave_node]
-    t0 = pos[leave_node]
     old_parent = parent[leave_node]
-    # Where T goes, in old positions: right after outer, or after outer's old run.
-    first = pos[outer] + 1
-    last = pos[outer] + size[outer]
-    if abs(first - t0) <= abs(last - t0 - t_size):
-        ins = first
-    else:
-        ins = last
-    # The stem, with its old sizes.
+    # The stem, with its old sizes and thread ends (read before any pointer changes).
     k = 0
     stem[0] = inner
-    stem_size[0] = size[inner]
-    while stem[k] != leave_node:
-        stem[k + 1] = parent[stem[k]]
-        stem_size[k + 1] = size[stem[k + 1]]
+    while True:
+        v = stem[k]
+        stem_size[k] = size[v]
+        stem_last[k] = last[v]
+        stem_rev[k] = rev[v]
+        stem_next[k] = thread[last[v]]
+        if v == leave_node:
+            break
+        stem[k + 1] = parent[v]
         k += 1
-    # T's new preorder into scratch.
-    w = 0
-    prev_lo = 0
-    prev_hi = 0
+    # Cut T out of the thread; runs that ended with T now end just before it.
+    before = stem_rev[k]
+    thread[before] = stem_next[k]
+    rev[stem_next[k]] = before
+    v = old_parent
+    while v >= 0 and last[v] == stem_last[k]:
+        last[v] = before
+        v = parent[v]
+    # Relink T: s_0's old run, then each s_i's old run without s_(i-1)'s.
+    tail = stem_last[0]
+    for i in range(1, k + 1):
+        thread[tail] = stem[i]
+        rev[stem[i]] = tail
+        tail = stem_rev[i - 1]  # s_i's stretch before s_(i-1)'s old run ends here
+        if stem_last[i - 1] != stem_last[i]:  # and one after it
+            thread[tail] = stem_next[i - 1]
+            rev[stem_next[i - 1]] = tail
+            tail = stem_last[i]
     for i in range(k + 1):
-        lo = pos[stem[i]]
-        hi = lo + stem_size[i]
-        if i == 0:
-            for j in range(lo, hi):
-                scratch[w] = order[j]
-                w += 1
-        else:
-            for j in range(lo, prev_lo):
-                scratch[w] = order[j]
-                w += 1
-            for j in range(prev_hi, hi):
-                scratch[w] = order[j]
-                w += 1
-        prev_lo = lo
-        prev_hi = hi
-    # Splice: close T's old run, open one at ins.
-    if ins <= t0:
-        for j in range(t0 - 1, ins - 1, -1):
-            order[j + t_size] = order[j]
-            pos[order[j]] = j + t_size
-        base = ins
-    else:
-        for j in range(t0 + t_size, ins):
-            order[j - t_size] = order[j]
-            pos[order[j]] = j - t_size
-        base = ins - t_size
-    shift = cost[enter_p, enter_q] - pot[outer] - pot[inner]
-    shift_supply = shift if inner < m else -shift
-    for j in range(t_size):
-        v = scratch[j]
-        order[base + j] = v
-        pos[v] = base + j
-        pot[v] += shift_supply if v < m else -shift_supply
+        last[stem[i]] = tail
+    # Splice T in after outer; runs that ended at outer now end with T.
+    follow = thread[outer]
+    thread[outer] = inner
+    rev[inner] = outer
+    thread[tail] = follow
+    rev[follow] = tail
+    v = outer
+    while v >= 0 and last[v] == outer:
+        last[v] = tail
+        v = parent[v]
     # Sizes: along the stem (s_i keeps its old run less s_(i-1)'s, plus s_(i+1)'s new
     # subtree), then T leaves old_parent's path to the join and joins outer's.
     grown = 0
@@ -513,6 +529,20 @@ def _rehang_order(
         size[v] += t_size
         v = parent[v]
     _reverse_stem(outer, leave, k, stem, parent, parent_arc)
+    shift = cost[enter_p, enter_q] - pot[outer] - pot[inner]
+    shift_supply = shift if inner < m else -shift
+    # T's potentials move by the shift, or (when T is the larger part) everything else's
+    # by its opposite: only the sums u_p + v_q matter, and they are the same either way.
+    if 2 * t_size <= size[0]:
+        v = inner
+        for _ in range(t_size):
+            pot[v] += shift_supply if v < m else -shift_supply
+            v = thread[v]
+    else:
+        v = follow
+        for _ in range(size[0] - t_size):
+            pot[v] -= shift_supply if v < m else -shift_supply
+            v = thread[v]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -741,7 +771,7 @@ def _argmin_at(row, offset, n):
 
 
 @njit(cache=True, nogil=True)
-def _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, pos, stack, cost):
+def _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, stack, cost):
     """Parents, potentials and a preorder of the basis tree hung from node 0 (whose own
     are set), by a depth-first walk over the adjacency lists."""
     stack[0] = 0
@@ -751,7 +781,6 @@ def _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, pos, stack
         top -= 1
         v = stack[top]
         order[visited] = v
-        pos[v] = visited
         visited += 1
         slot = head[v]
         while slot >= 0:

@@ -36,7 +36,7 @@ def _check(counts_a, counts_b, cost):
     expected = ot.emd2(counts_a / na, counts_b / nb, cost)
     cost = np.ascontiguousarray(cost)
     # Both starting rules (Vogel's, row-minimum), pricing blocks of one row, the default, all
-    # rows, and both basis trees (ancestor masks up to 63 points, adjacency lists).
+    # rows, and both basis trees (ancestor masks up to 63 points, the thread).
     for vogel_min_arcs, min_block_arcs in ((0, 96), (1 << 62, 1), (1 << 62, 96), (1 << 62, 1 << 30)):
         for mask_max_nodes in (63, 0):
             settings_ = (vogel_min_arcs, min_block_arcs, mask_max_nodes)
