@@ -12,7 +12,7 @@ Usage::
     python benchmarks/solver_settings.py --problems NCI1:2:0 --pairs 20000 --mask-max-nodes 0 63
 
 Every combination of ``--min-block-arcs`` and ``--mask-max-nodes`` (the basis tree: 0 for
-the preorder array only, 63 for ancestor masks up to 63 points) is a setting; the ratio is
+the thread only, 63 for ancestor masks up to 63 points) is a setting; the ratio is
 the first setting's time over the last's. ``--pot`` adds a column for POT's network
 simplex (``ot.lp.emd_wrap.emd_c``, the C++ solver behind ``ot.emd2``, called from Python
 once per problem) on the same problems, best of the same repeats, its costs checked too.

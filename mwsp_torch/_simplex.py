@@ -46,15 +46,14 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     the entries between its old and new places took a DD pivot 1.2x longer than the
     thread does (``solver_settings.py --baseline cc9dc13``).
 
-Measured by ``benchmarks/solver_settings.py --pot`` (the solver alone, one thread,
-problems as the engine poses them, one run; ``--mask-max-nodes 0 63`` compares the trees;
+Measured by ``benchmarks/solver_settings.py --pot --baseline cc9dc13`` (the solver alone,
+one thread, problems as the engine poses them, one run, seventh session of 2026-11-22;
 POT is ``ot.lp.emd_wrap.emd_c`` called once per problem from Python, so about 15-20 us of
-each small figure is the call). With masks up to 63 points: NCI1 d=2, k=0 (18 x 18)
-13.6 us per solve, ENZYMES d=3, k=1 (29 x 29, many over 63 points) 47.6 us, PROTEINS
-d=2, k=0 52.6 us; with the preorder only 17.5, 51.8 and 55.6 us; POT 35.9, 76.7 and 78.9
-us. The adjacency lists of before took 19.7, 68.6 and 82.5 us (an earlier run). DD
-d=2, k=0 (200 problems, 267 x 255): 3.6 ms per solve, POT 5.1 ms (the lists took about
-8.4 ms); REDDIT-BINARY d=2, k=0 (72 x 66): 262 us, POT 486 us. Developers: numba caches a caller by its own
+each small figure is the call; cc9dc13 is the preorder array). Us per solve, this solver /
+POT / cc9dc13: NCI1 d=2, k=0 (18 x 18, masks) 13.4 / 34.7 / 13.4; ENZYMES d=3, k=1
+(29 x 29, many over 63 points) 46.2 / 86.1 / 50.2; PROTEINS d=2, k=0 47.9 / 93.0 / 55.1;
+REDDIT-BINARY d=2, k=0 (72 x 66) 227 / 523 / 263. DD d=2, k=0 (150 problems, 270 x 253)
+3.09 / 5.19 / 3.51 ms; DD d=2, k=1 3.62 / 6.14 / 4.34 ms. Developers: numba caches a caller by its own
 file, so after editing this module delete the ``*.nbi``/``*.nbc`` files under
 ``mwsp_torch/__pycache__``.
 """
@@ -97,7 +96,7 @@ ROW_MIN_WIDE = 32
 MAX_PIVOTS_PER_NODE_SQUARED = 50
 
 #: Problems of at most this many points (both sides; 63 at most) keep the basis tree's
-#: ancestor sets as int64 bit masks, larger ones as a preorder array (see the module notes).
+#: ancestor sets as int64 bit masks, larger ones as a thread (see the module notes).
 MASK_MAX_NODES = 63
 
 
@@ -131,7 +130,7 @@ def transport_cost(
             this, else from the row-minimum rule (the optimum does not depend on it).
         min_block_arcs: the fewest arcs a pricing block spans (nor does the optimum).
         mask_max_nodes: keep the basis tree as ancestor bit masks when ``m + n`` is at
-            most this (at most 63), else as a preorder array (nor does the optimum).
+            most this (at most 63), else as a thread (nor does the optimum).
 
     Returns:
         float64 optimal cost (not divided by the total mass).
