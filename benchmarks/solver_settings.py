@@ -71,16 +71,24 @@ def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
     return supplies, demands, costs
 
 
-@njit
-def _solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_max_nodes):
-    total = 0.0
-    for i in range(len(costs)):
-        total += transport_cost(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes)
-    return total
+def _solver_loop(solve):
+    """A compiled loop summing ``solve``'s optimal costs over a list of problems."""
+
+    @njit
+    def solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_max_nodes):
+        total = 0.0
+        for i in range(len(costs)):
+            total += solve(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes)
+        return total
+
+    return solve_all
+
+
+_solve_all = _solver_loop(transport_cost)
 
 
 def _baseline_solver(revision: str, directory: str):
-    """``_solve_all`` over the solver of git revision ``revision``, compiled from a copy in ``directory``."""
+    """:func:`_solver_loop` over the solver of git revision ``revision``, compiled from a copy in ``directory``."""
     source = subprocess.run(
         ["git", "show", f"{revision}:mwsp_torch/_simplex.py"],
         cwd=Path(__file__).resolve().parent,
@@ -94,16 +102,7 @@ def _baseline_solver(revision: str, directory: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
-    solve = module.transport_cost
-
-    @njit
-    def solve_all(supplies, demands, costs, vogel_min_arcs, min_block_arcs, mask_max_nodes):
-        total = 0.0
-        for i in range(len(costs)):
-            total += solve(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes)
-        return total
-
-    return solve_all
+    return _solver_loop(module.transport_cost)
 
 
 def _solve_all_pot(supplies, demands, costs):
