@@ -36,6 +36,15 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def sample_pairs(pairs, size: int):
+    """The seeded random sample of ``pairs`` that estimates are taken on, in pair order
+    (``sample_seconds.py`` times the same one)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return pairs[np.sort(rng.choice(len(pairs), size=min(len(pairs), size), replace=False))]
+
+
 def one(args) -> dict:
     """One (dataset, d, k) in this process."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -57,8 +66,7 @@ def one(args) -> dict:
     feature_seconds = time.perf_counter() - start
     feature_rss = _peak_rss_gib()
     pairs = upper_pairs(n)
-    rng = np.random.default_rng(0)
-    sample = pairs[np.sort(rng.choice(len(pairs), size=min(len(pairs), args.sample), replace=False))]
+    sample = sample_pairs(pairs, args.sample)
 
     start = time.perf_counter()
     sample_exact = exact_distances(support, support, sample, n_jobs=args.n_jobs)

@@ -1,7 +1,7 @@
 """Exact transport on ``run.py``'s random pair sample, best of several runs, for any checkout.
 
 ``run.py`` times its sample once, so its extrapolations carry first-call costs and noise.
-This script times the same pairs (``default_rng(0)``, ``--sample`` of the upper pairs)
+This script times the same pairs (``run.sample_pairs``, ``--sample`` of the upper pairs)
 ``--repeats`` times and prints every time. ``--tree`` picks the checkout whose
 ``mwsp_torch`` is imported, so an older revision can be timed back to back with this one:
 
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--n-jobs", type=int, default=2)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(args.tree).resolve()))
-    import numpy as np
+    from run import sample_pairs
 
     import mwsp_torch
     from mwsp_torch import MWSP
@@ -42,7 +42,7 @@ def main() -> None:
     graphs, _ = load_dataset(args.dataset)
     support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
     pairs = upper_pairs(len(graphs))
-    sample = pairs[np.sort(np.random.default_rng(0).choice(len(pairs), size=args.sample, replace=False))]
+    sample = sample_pairs(pairs, args.sample)
     exact_distances(support, support, sample[:20], n_jobs=args.n_jobs)  # compile, warm
     seconds = []
     for _ in range(args.repeats):

@@ -43,8 +43,8 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     is smaller, move by one shift. Only that shift visits more than the stem and the
     cycle. A breadth-first walk over adjacency lists re-hung T until the fifth session of
     2026-11-22 (40 % of a DD solve), then a preorder array, whose copying of T and of
-    the entries between its old and new places took a DD pivot 1.2x longer than the
-    thread does (``solver_settings.py --baseline cc9dc13``).
+    the entries between its old and new places made DD solves 1.13-1.20x slower than
+    the thread (``solver_settings.py --baseline cc9dc13``).
 
 Measured by ``benchmarks/solver_settings.py --pot --baseline cc9dc13`` (the solver alone,
 one thread, problems as the engine poses them, one run, seventh session of 2026-11-22;
@@ -459,9 +459,9 @@ def _rehang_thread(
     where a run ended at T's old end or at ``outer``. Sizes change along the stem and from
     either end of the cycle up to the join, parents along the stem, and T's potentials by
     one shift (``u + v = c`` on the entering arc), a walk of T's thread, or the rest of
-    the tree by the opposite shift when that is smaller: the only step that visits more
-    than the stem and the cycle. Classic network simplex codes (LEMON's ``thread``, ``succ_num`` and
-    ``last_succ``) keep the same lists.
+    the tree (``size[0]`` nodes in all) by the opposite shift when that is smaller: the
+    only step that visits more than the stem and the cycle. Classic network simplex codes
+    (LEMON's ``thread``, ``succ_num`` and ``last_succ``) keep the same lists.
     """
     if leave_on_a:
         inner, outer = m + enter_q, enter_p
