@@ -63,6 +63,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from mwsp_torch._simd import row_min as row_min_simd
+
 #: Problems with at least this many arcs start from Vogel's approximation, smaller
 #: ones from the row-minimum rule. Vogel's once won from ~20,000 arcs (1.5x on DD's
 #: ~300 x 300) when pivots were dearer; with the preorder tree and wide row minima the
@@ -84,10 +86,12 @@ CLOSED = 1e300
 #: Cells each line of Vogel's start remembers between scans (see :func:`_vogel_start`).
 VOGEL_CANDIDATES = 8
 
-#: Pricing and the start take the minima of rows of at least this many columns in four
-#: interleaved running minima (:func:`_row_min_wide`), of shorter ones in one
-#: (:func:`_row_min`).
-ROW_MIN_WIDE = 32
+#: Pricing and the start take the minima of rows of at least this many columns in vector
+#: registers (:func:`mwsp_torch._simd.row_min`), of shorter ones in one scalar running
+#: minimum (:func:`_row_min`): the vector minima cost a fixed ~10 ns to merge, and the two
+#: measured equal at 40 columns (16 columns: 5.9 against 16.3 ns; 64: 42.3 against 18.6 ns;
+#: DD's 243: 244 against 37 ns; this machine, one thread).
+ROW_MIN_SIMD = 40
 
 #: A solve gives up with an error after this many pivots per squared point count. With
 #: Orden's perturbation the method cannot cycle, and the problems measured take a few
@@ -266,7 +270,7 @@ def _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p):
     while rows_scanned < m:
         stop = min(rows_scanned + rows_per_block, m)
         while rows_scanned < stop:
-            row_min = _row_min_wide(cost[p], demand_pot, n) if n >= ROW_MIN_WIDE else _row_min(cost[p], demand_pot, n)
+            row_min = row_min_simd(cost[p], demand_pot, n) if n >= ROW_MIN_SIMD else _row_min(cost[p], demand_pot, n)
             if row_min - pot[p] < best:
                 best = row_min - pot[p]
                 best_row_min = row_min
@@ -532,16 +536,31 @@ def _rehang_thread(
     shift_supply = shift if inner < m else -shift
     # T's potentials move by the shift, or (when T is the larger part) everything else's
     # by its opposite: only the sums u_p + v_q matter, and they are the same either way.
+    # T is the thread's run inner .. tail, the rest the run follow .. outer.
     if 2 * t_size <= size[0]:
-        v = inner
-        for _ in range(t_size):
-            pot[v] += shift_supply if v < m else -shift_supply
-            v = thread[v]
+        _shift_run(m, inner, tail, t_size, shift_supply, thread, rev, pot)
     else:
-        v = follow
-        for _ in range(size[0] - t_size):
-            pot[v] -= shift_supply if v < m else -shift_supply
-            v = thread[v]
+        _shift_run(m, follow, outer, size[0] - t_size, -shift_supply, thread, rev, pot)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift_run(m, first, final, count, shift_supply, thread, rev, pot):
+    """Shift the potentials of the ``count`` nodes of the thread's run ``first .. final``
+    (``+`` on supplies, ``-`` on demands), walked from both ends at once.
+
+    Each step of a walk waits for the load of the next node, so two walks that meet in
+    the middle take about half as long as one: 1.07x on DD solves (d=2, k=0 and 1), no
+    change measured on problems of 30-70 points.
+    """
+    v = first
+    w = final
+    for _ in range(count >> 1):
+        pot[v] += shift_supply if v < m else -shift_supply
+        pot[w] += shift_supply if w < m else -shift_supply
+        v = thread[v]
+        w = rev[w]
+    if count & 1:
+        pot[v] += shift_supply if v < m else -shift_supply
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -566,7 +585,7 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     """Rows in turn send to their cheapest open columns (cheap; good for small problems).
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
-    minimum (:func:`_row_min`, or :func:`_row_min_wide` on long rows: 4 % off a DD solve)
+    minimum (:func:`_row_min`, or the vector minima of :mod:`mwsp_torch._simd` on long rows)
     and a scan for the first column that attains it (unguarded,
     unlike :func:`_first_at`: a guard here measured 0.5 us slower per NCI1 solve).
     """
@@ -576,7 +595,7 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     for p in range(m):
         row = cost[p]
         while rs_u[p] != 0 or rs_e[p] != 0:
-            low = _row_min_wide(row, offset, n) if n >= ROW_MIN_WIDE else _row_min(row, offset, n)
+            low = row_min_simd(row, offset, n) if n >= ROW_MIN_SIMD else _row_min(row, offset, n)
             q = 0
             while row[q] - offset[q] != low:  # found: low is one of these same differences
                 q += 1
@@ -705,46 +724,12 @@ def _row_min(row, demand_pot, n):
     Fastmath lets the reduction run in any order (no infinities may occur, hence the
     finite ``CLOSED``). Not inlined: an inlined body takes its caller's strict flags, and
     was measured slower so. The result is one of the differences, bit for bit:
-    :func:`_first_at` relies on that. Long rows use :func:`_row_min_wide`.
+    :func:`_first_at` relies on that. Long rows use :func:`mwsp_torch._simd.row_min`.
     """
     low = row[0] - demand_pot[0]
     for q in range(1, n):
         low = min(low, row[q] - demand_pot[q])
     return low
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _row_min_wide(row, demand_pot, n):
-    """:func:`_row_min` in four running minima over interleaved columns, merged at the end.
-
-    LLVM neither vectorises nor reorders one running minimum, even under fastmath, so
-    that loop waits on each comparison: 1.1 ns a column on DD's 243-column rows, 0.33 ns
-    in four (measured on this machine). On NCI1's 18-column rows one minimum is faster,
-    hence two functions (and a choice per solve, see ``ROW_MIN_WIDE``). Also bit for bit
-    one of the differences.
-    """
-    low0 = row[0] - demand_pot[0]
-    low1 = low0
-    low2 = low0
-    low3 = low0
-    q = 1
-    while q + 4 <= n:
-        x0 = row[q] - demand_pot[q]
-        x1 = row[q + 1] - demand_pot[q + 1]
-        x2 = row[q + 2] - demand_pot[q + 2]
-        x3 = row[q + 3] - demand_pot[q + 3]
-        low0 = x0 if x0 < low0 else low0
-        low1 = x1 if x1 < low1 else low1
-        low2 = x2 if x2 < low2 else low2
-        low3 = x3 if x3 < low3 else low3
-        q += 4
-    while q < n:
-        x0 = row[q] - demand_pot[q]
-        low0 = x0 if x0 < low0 else low0
-        q += 1
-    low0 = low1 if low1 < low0 else low0
-    low2 = low3 if low3 < low2 else low2
-    return low2 if low2 < low0 else low0
 
 
 @njit(cache=True, nogil=True, inline="always")
