@@ -1,0 +1,126 @@
+"""Where the compiled exact solver spends its time: CPU cycles per phase of a solve.
+
+``perf`` sees no symbols in numba's cached code, and timing a phase by running it twice
+fails because LLVM merges the duplicate calls. This script instead compiles a copy of
+``mwsp_torch/_simplex.py`` with the CPU's cycle counter (``llvm.readcyclecounter``) read
+between the phases of :func:`transport_cost`, solves the problems ``solver_settings.py``
+poses (collapsed, cancelled, integer masses), and prints cycles per solve for each phase
+and pivots per solve. The readings themselves cost about 20-40 cycles each, five per
+pivot, so the instrumented total exceeds the plain solve; compare phases, not totals.
+
+Usage::
+
+    python benchmarks/solver_phases.py --problems NCI1:2:0 --pairs 3000
+    python benchmarks/solver_phases.py --problems DD:2:1 --pairs 100
+
+The copy is made by inserting counter reads at fixed lines of the solver; if the solver's
+text has changed so that one of them is not found, the script stops and says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("KEOPS_VERBOSE", "0")
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+from solver_settings import problems  # noqa: E402
+
+PHASES = ("arrays", "start", "first tree", "pricing", "cycle", "push", "re-hang")
+
+_COUNTER = '''
+from llvmlite import ir as _ir
+from numba.core import types as _types
+from numba.extending import intrinsic as _intrinsic
+
+
+@_intrinsic
+def _cycles(typingctx):
+    def codegen(context, builder, signature, args):
+        counter = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=_ir.FunctionType(_ir.IntType(64), []))
+        return builder.call(counter, [])
+
+    return _types.int64(), codegen
+'''
+
+# (anchor, text put before it); `spent` is an int64 array: one slot per phase, then pivots, then all.
+_PROBES = (
+    ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):"),
+    ("    m = supply.shape[0]\n    n = demand.shape[0]\n", "    t_begin = _cycles()\n"),
+    ("    if m * n >= vogel_min_arcs:\n", "    t_start = _cycles()\n    spent[0] += t_start - t_begin\n"),
+    ("    # Linked adjacency, for the first walk only", "    t_tree = _cycles()\n    spent[1] += t_tree - t_start\n"),
+    ("    # Pricing blocks of ~sqrt(m n) arcs", "    t_loop = _cycles()\n    spent[2] += t_loop - t_tree\n"),
+    ("    while True:\n        enter_p, enter_q, p = _price(", "    t_mark = _cycles()\n"),
+    ("        if enter_p < 0:\n            break\n", "        t_priced = _cycles()\n        spent[3] += t_priced - t_mark\n"),
+    ("        leave, leave_node, leave_on_a, th_u, th_e = _push(", "        t_cycle = _cycles()\n        spent[4] += t_cycle - t_priced\n        spent[7] += 1\n"),
+    ("        if use_masks:\n            _rehang_masks(", "        t_pushed = _cycles()\n        spent[5] += t_pushed - t_cycle\n"),
+    ("        # Slot `leave` now holds the entering arc.\n", "        t_mark = _cycles()\n        spent[6] += t_mark - t_pushed\n"),
+    ("    total = 0.0\n    for a in range(num_basic):", "    spent[8] += _cycles() - t_begin\n"),
+)
+
+
+def instrumented_solver(directory: str):
+    """``transport_cost`` of a copy of the solver with cycle counts (its last argument ``spent``)."""
+    source = (Path(__file__).resolve().parents[1] / "mwsp_torch" / "_simplex.py").read_text()
+    source = source.replace("cache=True, ", "")
+    anchor = "from numba import njit\n"
+    source = source.replace(anchor, anchor + _COUNTER, 1)
+    for anchor, probe in _PROBES:
+        if source.count(anchor) != 1:
+            raise SystemExit(f"solver_phases.py: the solver no longer has exactly one {anchor.strip()!r}; update _PROBES")
+        if anchor.startswith("    mask_max_nodes"):
+            source = source.replace(anchor, probe, 1)
+        else:
+            source = source.replace(anchor, probe + anchor, 1)
+    path = Path(directory) / "_simplex_phases.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module.transport_cost, module.VOGEL_MIN_ARCS, module.MIN_BLOCK_ARCS, module.MASK_MAX_NODES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", nargs="+", default=["NCI1:2:0"], help="DATASET:d:k")
+    parser.add_argument("--pairs", type=int, default=3000)
+    parser.add_argument("--stride", type=int, default=1, help="use every STRIDE-th graph (REDDIT: features are slow)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        solve, vogel_min_arcs, min_block_arcs, mask_max_nodes = instrumented_solver(directory)
+
+        @njit
+        def solve_all(supplies, demands, costs, spent):
+            for i in range(len(costs)):
+                solve(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes, spent)
+
+        print("| problems | " + " | ".join(PHASES) + " | all (instrumented) | pivots |")
+        print("|---|" + "---|" * (len(PHASES) + 2))
+        for spec in args.problems:
+            name, d, k = spec.split(":")
+            supplies, demands, costs = problems(name, int(d), int(k), args.pairs, args.seed, args.stride)
+            spent = np.zeros(len(PHASES) + 2, dtype=np.int64)
+            solve_all(supplies, demands, costs, spent)  # compile, warm caches
+            spent[:] = 0
+            solve_all(supplies, demands, costs, spent)
+            per_solve = spent / len(costs)
+            total = per_solve[len(PHASES) + 1]
+            cells = [f"{per_solve[i]:,.0f} ({per_solve[i] / total:.0%})" for i in range(len(PHASES))]
+            print(
+                f"| {name} d={d},k={k} ({len(costs):,}) | " + " | ".join(cells)
+                + f" | {total:,.0f} | {per_solve[len(PHASES)]:,.1f} |",
+                flush=True,
+            )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
