@@ -30,12 +30,11 @@ os.environ.setdefault("KEOPS_VERBOSE", "0")
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
-
 from solver_settings import problems  # noqa: E402
 
 PHASES = ("arrays", "start", "first tree", "pricing", "cycle", "push", "re-hang")
 
-_COUNTER = '''
+_COUNTER = """
 from llvmlite import ir as _ir
 from numba.core import types as _types
 from numba.extending import intrinsic as _intrinsic
@@ -48,22 +47,33 @@ def _cycles(typingctx):
         return builder.call(counter, [])
 
     return _types.int64(), codegen
-'''
+"""
+
+
+def _probe(indent: int, name: str, slot: int | None = None, since: str = "") -> str:
+    """Solver text that reads the counter into ``name`` and adds the cycles since ``since`` to ``spent[slot]``."""
+    pad = " " * indent
+    text = f"{pad}{name} = _cycles()\n"
+    return text + (f"{pad}spent[{slot}] += {name} - {since}\n" if slot is not None else "")
+
 
 # (anchor, text put before it); `spent` is an int64 array: one slot per phase, then pivots, then all.
 _PROBES = (
-    ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):"),
-    ("    m = supply.shape[0]\n    n = demand.shape[0]\n", "    t_begin = _cycles()\n"),
-    ("    if m * n >= vogel_min_arcs:\n", "    t_start = _cycles()\n    spent[0] += t_start - t_begin\n"),
-    ("    # Linked adjacency, for the first walk only", "    t_tree = _cycles()\n    spent[1] += t_tree - t_start\n"),
-    ("    # Pricing blocks of ~sqrt(m n) arcs", "    t_loop = _cycles()\n    spent[2] += t_loop - t_tree\n"),
-    ("    while True:\n        enter_p, enter_q, p = _price(", "    t_mark = _cycles()\n"),
-    ("        if enter_p < 0:\n            break\n", "        t_priced = _cycles()\n        spent[3] += t_priced - t_mark\n"),
-    ("        leave, leave_node, leave_on_a, th_u, th_e = _push(", "        t_cycle = _cycles()\n        spent[4] += t_cycle - t_priced\n        spent[7] += 1\n"),
-    ("        if use_masks:\n            _rehang_masks(", "        t_pushed = _cycles()\n        spent[5] += t_pushed - t_cycle\n"),
-    ("        # Slot `leave` now holds the entering arc.\n", "        t_mark = _cycles()\n        spent[6] += t_mark - t_pushed\n"),
+    ("    m = supply.shape[0]\n    n = demand.shape[0]\n", _probe(4, "t_begin")),
+    ("    if m * n >= vogel_min_arcs:\n", _probe(4, "t_start", 0, "t_begin")),
+    ("    # Linked adjacency, for the first walk only", _probe(4, "t_tree", 1, "t_start")),
+    ("    # Pricing blocks of ~sqrt(m n) arcs", _probe(4, "t_loop", 2, "t_tree")),
+    ("    while True:\n        enter_p, enter_q, p = _price(", _probe(4, "t_mark")),
+    ("        if enter_p < 0:\n            break\n", _probe(8, "t_priced", 3, "t_mark")),
+    (
+        "        leave, leave_node, leave_on_a, th_u, th_e = _push(",
+        _probe(8, "t_cycle", 4, "t_priced") + "        spent[7] += 1\n",
+    ),
+    ("        if use_masks:\n            _rehang_masks(", _probe(8, "t_pushed", 5, "t_cycle")),
+    ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_mark", 6, "t_pushed")),
     ("    total = 0.0\n    for a in range(num_basic):", "    spent[8] += _cycles() - t_begin\n"),
 )
+_SIGNATURE = ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):")
 
 
 def instrumented_solver(directory: str):
@@ -72,13 +82,10 @@ def instrumented_solver(directory: str):
     source = source.replace("cache=True, ", "")
     anchor = "from numba import njit\n"
     source = source.replace(anchor, anchor + _COUNTER, 1)
-    for anchor, probe in _PROBES:
+    for anchor, replacement in (_SIGNATURE, *((anchor, probe + anchor) for anchor, probe in _PROBES)):
         if source.count(anchor) != 1:
-            raise SystemExit(f"solver_phases.py: the solver no longer has exactly one {anchor.strip()!r}; update _PROBES")
-        if anchor.startswith("    mask_max_nodes"):
-            source = source.replace(anchor, probe, 1)
-        else:
-            source = source.replace(anchor, probe + anchor, 1)
+            raise SystemExit(f"solver_phases.py: the solver has no single {anchor.strip()!r}; update _PROBES")
+        source = source.replace(anchor, replacement, 1)
     path = Path(directory) / "_simplex_phases.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
