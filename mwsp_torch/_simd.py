@@ -12,6 +12,10 @@ across lanes costs more than it saves, so the solver keeps a scalar loop there.
 Results are exact: every step is an IEEE subtraction or an ordered ``<`` comparison, so
 the minimum is bit for bit one of the differences ``row[q] - offset[q]``, as the solver's
 scan for the entering column requires.
+
+Developers: numba caches each caller by its own file, so after editing this module also
+delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__`` (the solver's cached
+code would otherwise keep the old kernel).
 """
 
 from __future__ import annotations

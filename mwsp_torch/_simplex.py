@@ -22,6 +22,9 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   least ``MIN_BLOCK_ARCS``, rounded to rows), each row's minimum reduced cost a
   branch-free loop, then one scan of the winning row for the column that attains it:
   1.1-1.2x fewer seconds than arc-by-arc blocks on NCI1, ENZYMES and REDDIT problems.
+  Rows of ``ROW_MIN_SIMD`` columns or more take their minimum in vector registers
+  (:mod:`mwsp_torch._simd`): 1.09x on REDDIT and 1.20-1.24x on DD solves, together
+  with the two-ended potential walk below.
 - Start: the row-minimum rule (each row fills its cheapest open columns; a
   sort of all costs for the least-cost rule was slower overall). Vogel's approximation
   is an opt-in (``vogel_min_arcs``): it halves the pivots (NCI1: 37 to 19) but now costs
@@ -40,22 +43,25 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     do: the cycle is found by climbing the end with the smaller subtree; T, re-rooted at
     the entering arc, is relinked by a few pointers per node of the stem and spliced in
     after its new parent; and the potentials of T, or of the rest of the tree when that
-    is smaller, move by one shift. Only that shift visits more than the stem and the
-    cycle. A breadth-first walk over adjacency lists re-hung T until the fifth session of
-    2026-11-22 (40 % of a DD solve), then a preorder array, whose copying of T and of
-    the entries between its old and new places made DD solves 1.13-1.20x slower than
-    the thread (``solver_settings.py --baseline cc9dc13``).
+    is smaller, move by one shift, walked from both ends of their run at once. Only that
+    shift visits more than the stem and the cycle. A breadth-first walk over adjacency
+    lists re-hung T until the fifth session of 2026-11-22 (40 % of a DD solve), then a
+    preorder array, whose copying of T and of the entries between its old and new places
+    made DD solves 1.13-1.20x slower than the thread (``solver_settings.py --baseline
+    cc9dc13``).
 
-Measured by ``benchmarks/solver_settings.py --pot --baseline cc9dc13`` (the solver alone,
-one thread, problems as the engine poses them, one run, seventh session of 2026-11-22;
+Measured by ``benchmarks/solver_settings.py --pot --baseline 53e1e67`` (the solver alone,
+one thread, problems as the engine poses them, one run, eighth session of 2026-11-22;
 POT is ``ot.lp.emd_wrap.emd_c`` called once per problem from Python, so about 15-20 us of
-each small figure is the call; cc9dc13 is the preorder array). Us per solve, this solver /
-POT / cc9dc13: NCI1 d=2, k=0 (18 x 18, masks) 13.4 / 34.7 / 13.4; ENZYMES d=3, k=1
-(29 x 29, many over 63 points) 46.2 / 86.1 / 50.2; PROTEINS d=2, k=0 47.9 / 93.0 / 55.1;
-REDDIT-BINARY d=2, k=0 (72 x 66) 227 / 523 / 263. DD d=2, k=0 (150 problems, 270 x 253)
-3.09 / 5.19 / 3.51 ms; DD d=2, k=1 3.62 / 6.14 / 4.34 ms. Developers: numba caches a caller by its own
-file, so after editing this module delete the ``*.nbi``/``*.nbc`` files under
-``mwsp_torch/__pycache__``.
+each small figure is the call; 53e1e67 is the seventh session's solver, scalar row minima
+and one-ended walks). Us per solve, this solver / POT / 53e1e67: NCI1 d=2, k=0 (18 x 18,
+masks) 13.4 / 34.6 / 13.4; ENZYMES d=3, k=1 (29 x 29, many over 63 points) 45.3 / 80.4 /
+45.6; PROTEINS d=2, k=0 45.3 / 83.4 / 46.3; REDDIT-BINARY d=2, k=0 (72 x 66) 202 / 508 /
+220. DD d=2, k=0 (150 problems, 270 x 253) 2.49 / 5.50 / 3.10 ms; DD d=2, k=1 2.91 / 5.99
+/ 3.50 ms. ``benchmarks/solver_phases.py`` shows where a solve's cycles go.
+
+Developers: numba caches a caller by its own file, so after editing this module (or
+:mod:`mwsp_torch._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
 """
 
 from __future__ import annotations
