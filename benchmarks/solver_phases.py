@@ -20,9 +20,7 @@ text has changed so that one of them is not found, the script stops and says whi
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,7 +28,7 @@ os.environ.setdefault("KEOPS_VERBOSE", "0")
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
-from solver_settings import problems  # noqa: E402
+from solver_settings import problems, solver_module  # noqa: E402
 
 PHASES = ("arrays", "start", "first tree", "pricing", "cycle", "push", "re-hang")
 
@@ -86,12 +84,7 @@ def instrumented_solver(directory: str):
         if source.count(anchor) != 1:
             raise SystemExit(f"solver_phases.py: the solver has no single {anchor.strip()!r}; update _PROBES")
         source = source.replace(anchor, replacement, 1)
-    path = Path(directory) / "_simplex_phases.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    module = solver_module(source, directory, "_simplex_phases")
     return module.transport_cost, module.VOGEL_MIN_ARCS, module.MIN_BLOCK_ARCS, module.MASK_MAX_NODES
 
 

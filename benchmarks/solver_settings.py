@@ -96,13 +96,19 @@ def _baseline_solver(revision: str, directory: str):
         capture_output=True,
         text=True,
     ).stdout
-    path = Path(directory) / f"_simplex_{revision}.py"
+    return _solver_loop(solver_module(source, directory, f"_simplex_{revision}").transport_cost)
+
+
+def solver_module(source: str, directory: str, name: str):
+    """A solver's ``source`` imported as module ``name``, from a file written in ``directory``
+    (numba compiles from files)."""
+    path = Path(directory) / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
-    return _solver_loop(module.transport_cost)
+    return module
 
 
 def _solve_all_pot(supplies, demands, costs):
