@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simd import STEP, row_min
@@ -52,7 +53,7 @@ def test_vector_row_min_refuses_what_it_cannot_read():
     row = np.arange(40.0)
     with pytest.raises(IndexError):
         row_min(row, row, 41)
-    with pytest.raises(Exception, match="_min_difference_blocks"):  # strided rows: no vector loads
+    with pytest.raises(TypingError, match="_min_difference_blocks"):  # strided rows: no vector loads
         row_min(row[::2], row[::2], 20)
 
 
