@@ -18,6 +18,8 @@ from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simd import STEP, row_min
 from mwsp_torch._simplex import CLOSED, transport_cost
 from mwsp_torch.transport import (
+    PAIR_BLOCK,
+    PAIR_CHUNK,
     _bank_arrays,
     _column_method,
     _inverted_costs,
@@ -109,6 +111,17 @@ def test_compiled_engine_equals_pot_on_collapsed_pairs():
     reference = pot_distances(model.support_, model.support_, pairs)
     got = model.distances_[pairs[:, 0], pairs[:, 1]]
     np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
+
+
+def test_interleaved_chunks_cover_every_pair(mutag):
+    """Each parallel chunk takes every ``num_chunks``-th block of pairs: with several chunks,
+    a partial last block and two threads, every pair gets its own distance."""
+    support = MWSP(d=2, k=0).fit(mutag[0][:40]).support_
+    pairs = upper_pairs(support.num_graphs)[::-1].copy()
+    assert len(pairs) > 3 * PAIR_CHUNK and len(pairs) % PAIR_BLOCK
+    got = exact_distances(support, support, pairs, n_jobs=2)
+    one_by_one = np.concatenate([exact_distances(support, support, pairs[t : t + 1]) for t in range(len(pairs))])
+    np.testing.assert_array_equal(got, one_by_one)
 
 
 def test_without_distance_table_gives_the_same():
