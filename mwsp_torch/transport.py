@@ -331,7 +331,11 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
     alone, one thread): 7.5x fewer seconds on DD d=2,k=1 problems, 4.7x on DD d=2,k=0,
     2.1x on ENZYMES d=3,k=1, 0.39x on REDDIT-BINARY d=2,k=0 (3 columns, all shared);
     rounding as the merge of two sorted rows (:func:`_row_distance`) to 1.3e-15 on DD,
-    3.5e-14 on ENZYMES.
+    3.5e-14 on ENZYMES. Filling the costs of rows that share nothing first, a row at a
+    time, instead of a column of ``cost`` per row ``b``, gave the same matrices, bit for bit,
+    in 1.63x fewer seconds on DD d=2,k=1 problems (0.315 against 0.513 s for 1,000 pairs,
+    one thread; ENZYMES d=3,k=1 1.06x). A hash table of the first list's columns in place
+    of ``head`` (small, so always in cache) was 1.14x slower on DD d=2,k=1 and d=2,k=0.
     """
     n_pos = pos_ids.shape[0]
     total = 0
@@ -353,6 +357,15 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
     pos_squares = np.empty(n_pos)
     for p in range(n_pos):
         pos_squares[p] = squares[pos_ids[p]]
+    neg_squares = np.empty(neg_ids.shape[0])
+    for q in range(neg_ids.shape[0]):
+        neg_squares[q] = squares[neg_ids[q]]
+    # Every cost as if the rows shared no column, row by row (vector square roots); the
+    # walk below overwrites the entries of rows that share some.
+    for p in range(n_pos):
+        row = cost[p]
+        for q in range(neg_ids.shape[0]):
+            row[q] = np.sqrt(pos_squares[p] + neg_squares[q])
     inside = np.zeros(n_pos)
     shared_a = np.zeros(n_pos)
     shared_b = np.zeros(n_pos)
@@ -375,8 +388,6 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
                 shared_a[p] += va * va
                 shared_b[p] += data[t] * data[t]
                 x = nxt[x - 1]
-        for p in range(n_pos):
-            cost[p, q] = np.sqrt(pos_squares[p] + squares[b])
         for i in range(num_touched):
             p = touched[i]
             cost[p, q] = np.sqrt(inside[p] + (pos_squares[p] - shared_a[p]) + (squares[b] - shared_b[p]))
