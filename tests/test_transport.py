@@ -463,3 +463,32 @@ def test_triton_sinkhorn_on_cuda(mutag):
         assert np.all(np.abs(single - expected) <= 1e-3 * expected + 1e-4)
     with pytest.raises(ValueError, match="dtype must be"):
         sinkhorn_distances(support, support, pairs, backend="fused", dtype="float32")
+
+
+_DD_PAIR = """
+import sys
+import numpy as np
+from mwsp_torch import MWSP, load_tudataset
+from mwsp_torch.transport import exact_distances, pot_distances
+
+graphs, _ = load_tudataset("DD", root=sys.argv[1], cache_dir=sys.argv[2])
+support = MWSP(d=2, k=1).fit([graphs[5], graphs[21]], y=None).support_
+pairs = np.array([[0, 1]])
+got, reference = exact_distances(support, support, pairs)[0], pot_distances(support, support, pairs)[0]
+print(got, reference)
+assert abs(got - reference) <= 1e-9 * reference
+"""
+
+
+def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(data_root, cache_dir):
+    """DD graphs 5 and 21 (4,142 x 696 points at d=2,k=1): with a pricing threshold relative
+    to the costs alone, potentials drifted to ~1,757 and an arc of reduced cost 0 kept
+    entering on rounding noise, forever. It now ends (0.3 s here) and equals POT; a child
+    process with a time limit turns a relapse into a failure instead of a hung test run."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _DD_PAIR, str(data_root), str(cache_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
