@@ -289,6 +289,7 @@ def transport_cost(
 
 @njit(cache=True, nogil=True)
 def _max_abs(values, n):
+    """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's potential bound."""
     top = 0.0
     for i in range(n):
         top = max(top, abs(values[i]))
