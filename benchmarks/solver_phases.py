@@ -61,7 +61,7 @@ _PROBES = (
     ("    if m * n >= vogel_min_arcs:\n", _probe(4, "t_start", 0, "t_begin")),
     ("    # Linked adjacency, for the first walk only", _probe(4, "t_tree", 1, "t_start")),
     ("    # Pricing blocks of ~sqrt(m n) arcs", _probe(4, "t_loop", 2, "t_tree")),
-    ("    while True:\n        enter_p, enter_q, p = _price(", _probe(4, "t_mark")),
+    ("        enter_p, enter_q, p = _price(", _probe(8, "t_mark")),
     ("        if enter_p < 0:\n            break\n", _probe(8, "t_priced", 3, "t_mark")),
     (
         "        leave, leave_node, leave_on_a, th_u, th_e = _push(",
