@@ -26,8 +26,9 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   Rows of ``ROW_MIN_SIMD`` columns or more take their minimum in vector registers
   (:mod:`mwsp_torch._simd`): 1.09x on REDDIT and 1.20-1.24x on DD solves, together
   with the two-ended potential walk below.
-- Start: the row-minimum rule (each row fills its cheapest open columns; a
-  sort of all costs for the least-cost rule was slower overall). Vogel's approximation
+- Start: the row-minimum rule (each row fills its cheapest open columns), rows taken in
+  the order of their minima (1.03x on NCI1, 1.07-1.13x on ENZYMES, PROTEINS and DD over
+  index order; a sort of all costs for the least-cost rule was slower overall). Vogel's approximation
   is an opt-in (``vogel_min_arcs``): it halves the pivots (NCI1: 37 to 19) but now costs
   more than they do everywhere measured (see ``VOGEL_MIN_ARCS``); each of its lines
   remembers its ``VOGEL_CANDIDATES`` cheapest cells between scans.
@@ -51,15 +52,15 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
     made DD solves 1.13-1.20x slower than the thread (``solver_settings.py --baseline
     cc9dc13``).
 
-Measured by ``benchmarks/solver_settings.py --pot --baseline 53e1e67`` (the solver alone,
-one thread, problems as the engine poses them, one run, eighth session of 2026-11-22;
+Measured by ``benchmarks/solver_settings.py --pot --baseline e5668d9`` (the solver alone,
+one thread, problems as the engine poses them, one run, first session of 2026-11-23;
 POT is ``ot.lp.emd_wrap.emd_c`` called once per problem from Python, so about 15-20 us of
-each small figure is the call; 53e1e67 is the seventh session's solver, scalar row minima
-and one-ended walks). Us per solve, this solver / POT / 53e1e67: NCI1 d=2, k=0 (18 x 18,
-masks) 13.4 / 34.6 / 13.4; ENZYMES d=3, k=1 (29 x 29, many over 63 points) 45.3 / 80.4 /
-45.6; PROTEINS d=2, k=0 45.3 / 83.4 / 46.3; REDDIT-BINARY d=2, k=0 (72 x 66) 202 / 508 /
-220. DD d=2, k=0 (150 problems, 270 x 253) 2.49 / 5.50 / 3.10 ms; DD d=2, k=1 2.91 / 5.99
-/ 3.50 ms. ``benchmarks/solver_phases.py`` shows where a solve's cycles go.
+each small figure is the call; e5668d9 is the solver before rows were ordered in the start).
+Us per solve, this solver / POT / e5668d9: NCI1 d=2, k=0 (18 x 18, masks) 12.7 / 34.1 /
+13.5; ENZYMES d=3, k=1 (29 x 29, many over 63 points) 41.0 / 75.6 / 44.2; PROTEINS d=2,
+k=0 38.8 / 78.0 / 43.6; REDDIT-BINARY d=2, k=0 (72 x 66, every fourth graph) 189 / 505 /
+200. DD d=2, k=0 (150 problems, 270 x 253) 2.36 / 5.37 / 2.61 ms; DD d=2, k=1 2.71 / 6.02
+/ 2.99 ms. ``benchmarks/solver_phases.py`` shows where a solve's cycles go.
 
 Developers: numba caches a caller by its own file, so after editing this module (or
 :mod:`mwsp_torch._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
@@ -624,7 +625,11 @@ def _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
 
 @njit(cache=True, nogil=True)
 def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
-    """Rows in turn send to their cheapest open columns (cheap; good for small problems).
+    """Rows in turn send to their cheapest open columns (cheap; good for small problems),
+    rows with the cheapest minimum first (an insertion sort of the row minima: fewer pivots
+    follow than in index order, NCI1 37 to 33 a solve, DD d=2,k=1 3,127 to 2,715; a true
+    least-cost start, the cheapest open cell of all each time, cut DD's pivots to 2,253 but
+    was slower overall, its start dearer and its pivots too).
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
     minimum (:func:`_row_min`, or the vector minima of :mod:`mwsp_torch._simd` on long rows)
@@ -633,8 +638,19 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     """
     m, n = cost.shape
     offset = np.zeros(n, dtype=np.float64)
+    lows = np.empty(m, dtype=np.float64)
+    rows = np.empty(m, dtype=np.int64)
+    for p in range(m):  # insertion sort of the rows by their minima
+        low = row_min_simd(cost[p], offset, n) if n >= ROW_MIN_SIMD else _row_min(cost[p], offset, n)
+        i = p
+        while i > 0 and lows[i - 1] > low:
+            lows[i] = lows[i - 1]
+            rows[i] = rows[i - 1]
+            i -= 1
+        lows[i] = low
+        rows[i] = p
     count = 0
-    for p in range(m):
+    for p in rows:
         row = cost[p]
         while rs_u[p] != 0 or rs_e[p] != 0:
             low = row_min_simd(row, offset, n) if n >= ROW_MIN_SIMD else _row_min(row, offset, n)
