@@ -68,7 +68,7 @@ _PROBES = (
         _probe(8, "t_cycle", 4, "t_priced") + "        spent[7] += 1\n",
     ),
     ("        if use_masks:\n            _rehang_masks(", _probe(8, "t_pushed", 5, "t_cycle")),
-    ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_mark", 6, "t_pushed")),
+    ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_rehung", 6, "t_pushed")),
     ("    total = 0.0\n    for a in range(num_basic):", "    spent[8] += _cycles() - t_begin\n"),
 )
 _SIGNATURE = ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):")

@@ -313,7 +313,7 @@ def _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p):
     while rows_scanned < m:
         stop = min(rows_scanned + rows_per_block, m)
         while rows_scanned < stop:
-            row_min = row_min_simd(cost[p], demand_pot, n) if n >= ROW_MIN_SIMD else _row_min(cost[p], demand_pot, n)
+            row_min = _min_difference(cost[p], demand_pot, n)
             if row_min - pot[p] < best:
                 best = row_min - pot[p]
                 best_row_min = row_min
@@ -641,7 +641,7 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     lows = np.empty(m, dtype=np.float64)
     rows = np.empty(m, dtype=np.int64)
     for p in range(m):  # insertion sort of the rows by their minima
-        low = row_min_simd(cost[p], offset, n) if n >= ROW_MIN_SIMD else _row_min(cost[p], offset, n)
+        low = _min_difference(cost[p], offset, n)
         i = p
         while i > 0 and lows[i - 1] > low:
             lows[i] = lows[i - 1]
@@ -653,7 +653,7 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     for p in rows:
         row = cost[p]
         while rs_u[p] != 0 or rs_e[p] != 0:
-            low = row_min_simd(row, offset, n) if n >= ROW_MIN_SIMD else _row_min(row, offset, n)
+            low = _min_difference(row, offset, n)
             q = 0
             while row[q] - offset[q] != low:  # found: low is one of these same differences
                 q += 1
@@ -773,6 +773,13 @@ def _max(values, n):
     for i in range(1, n):
         high = max(high, values[i])
     return high
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _min_difference(row, offset, n):
+    """``min_q row[q] - offset[q]``: in vector registers from ``ROW_MIN_SIMD`` columns on,
+    else one scalar running minimum (both give one of the differences, bit for bit)."""
+    return row_min_simd(row, offset, n) if n >= ROW_MIN_SIMD else _row_min(row, offset, n)
 
 
 @njit(cache=True, nogil=True, fastmath=True)

@@ -484,9 +484,6 @@ def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(data_root, cache
     to the costs alone, potentials drifted to ~1,757 and an arc of reduced cost 0 kept
     entering on rounding noise, forever. It now ends (0.3 s here) and equals POT; a child
     process with a time limit turns a relapse into a failure instead of a hung test run."""
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-c", _DD_PAIR, str(data_root), str(cache_dir)], capture_output=True, text=True, timeout=120
     )
