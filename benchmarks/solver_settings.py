@@ -53,16 +53,22 @@ def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
     graphs, _ = load_dataset(name)
     graphs = graphs[::stride]
     support, _ = MWSP(d=d, k=k, labels=default_labels(name))._features(graphs, fitted=False)
-    indptr, indices, data = _bank_arrays(_shared_bank(support, support))
     rng = np.random.default_rng(seed)
     candidates = rng.integers(support.num_graphs, size=(4 * pairs, 2))
     candidates = candidates[candidates[:, 0] != candidates[:, 1]]
+    return pair_problems(support, candidates, limit=pairs)
+
+
+def pair_problems(support, pairs: np.ndarray, limit: int | None = None):
+    """``(supplies, demands, costs)`` that the engine poses for ``pairs`` of graphs of ``support``
+    (the first ``limit`` of them), leaving out pairs with fewer than two points on a side
+    (forced plans: no solve)."""
+    indptr, indices, data = _bank_arrays(_shared_bank(support, support))
     pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, _ = _cancel_pairs(
-        candidates, *support.arrays(), *support.arrays()
+        pairs, *support.arrays(), *support.arrays()
     )
     supplies, demands, costs = typed.List(), typed.List(), typed.List()
-    # Pairs with one point on a side have forced plans and never reach the simplex.
-    for t in np.flatnonzero((pos_len >= 2) & (neg_len >= 2))[:pairs]:
+    for t in np.flatnonzero((pos_len >= 2) & (neg_len >= 2))[:limit]:
         pos = pos_ids[pos_ptr[t] : pos_ptr[t] + pos_len[t]]
         neg = neg_ids[neg_ptr[t] : neg_ptr[t] + neg_len[t]]
         supplies.append(pos_mass[pos_ptr[t] : pos_ptr[t] + pos_len[t]].copy())
