@@ -56,7 +56,7 @@ def main() -> None:
     pairs = upper_pairs(support.num_graphs)[:: args.stride][: args.pairs]
     supplies, demands, costs = pair_problems(support, pairs)
     settings = (VOGEL_MIN_ARCS, MIN_BLOCK_ARCS, MASK_MAX_NODES)
-    exact_distances(support, support, pairs[:100])  # compile, build the cost table
+    exact_distances(support, support, pairs[:100])  # compile (each call builds its own cost table: the setup)
     _solve_all(supplies[:10], demands[:10], costs[:10], *settings)
     engine, distances = _best(lambda: exact_distances(support, support, pairs), args.repeats)
     setup, _ = _best(lambda: exact_distances(support, support, pairs[:1]), args.repeats)
