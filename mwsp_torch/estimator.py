@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch.kernel import laplacian_kernel
-from mwsp_torch.labels import LABEL_POLICIES, to_graph_set
+from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (
     SOLVERS,
@@ -71,6 +71,8 @@ class MWSP(TransformerMixin, BaseEstimator):
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
         features_ (scipy.sparse.csr_matrix): node feature maps of the training graphs.
+        label_scheme_ (LabelScheme): how the training graphs' labels were read (one-hot
+            ``x`` or not, label width); ``transform`` reads new graphs the same way.
         tree_vocab_, path_vocab_, row_vocab_ (Vocabulary): fitted tables.
         timings_ (dict): seconds spent in ``features`` and ``transport``, and how many
             distinct measures (graphs up to an equal node-row distribution) and pairs
@@ -128,15 +130,15 @@ class MWSP(TransformerMixin, BaseEstimator):
     def _features(self, graphs, fitted: bool) -> tuple[SupportSet, sp.csr_matrix]:
         """Supports of ``graphs``; during ``fit`` the vocabularies grow, after it they are frozen."""
         if fitted:
-            label_vocab = copy.deepcopy(self.label_vocab_)
+            label_scheme = copy.deepcopy(self.label_scheme_)
             tree_frozen, path_frozen = self.tree_vocab_, self.path_vocab_
             tree_vocab = Vocabulary(offset=tree_frozen.size)
             path_vocab = Vocabulary(offset=path_frozen.size)
             row_vocab = RowVocabulary(frozen=self.row_vocab_)
         else:
-            label_vocab, tree_vocab, path_vocab, row_vocab = Vocabulary(), Vocabulary(), Vocabulary(), RowVocabulary()
+            label_scheme, tree_vocab, path_vocab, row_vocab = LabelScheme(), Vocabulary(), Vocabulary(), RowVocabulary()
             tree_frozen = path_frozen = None
-        graph_set = to_graph_set(graphs, labels=self.labels, label_vocab=label_vocab)
+        graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme)
         trees = tree_ids(graph_set, self.k, tree_vocab, frozen=tree_frozen)
         features = node_feature_maps(graph_set, trees, self.d, self.paths, path_vocab, frozen=path_frozen)
         row_ids = row_vocab.intern(features)
@@ -148,8 +150,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             width = max(features.shape[1], self.rows_.shape[1])
             bank = sp.vstack([_widen(self.rows_, width), _widen(new_rows, width)], format="csr")
         else:
-            self.label_vocab_, self.tree_vocab_, self.path_vocab_, self.row_vocab_ = (
-                label_vocab,
+            self.label_scheme_, self.tree_vocab_, self.path_vocab_, self.row_vocab_ = (
+                label_scheme,
                 tree_vocab,
                 path_vocab,
                 row_vocab,

@@ -9,12 +9,19 @@ for REDDIT-BINARY). Multi-column labels (``node_label`` of shape
 ``[num_nodes, c]``, or a multi-hot ``x``) become one categorical label per
 distinct row. Nothing is coerced silently: bad input raises a ``ValueError``
 that names the graph's index.
+
+How labels are read is decided once for a whole dataset and then kept
+(:class:`LabelScheme`): ``x`` is read as one-hot only if every graph's ``x``
+is one-hot with two or more columns (a single column is a label column), so
+one column never means a label in one graph and a category in another; and
+graphs read later (``transform``) must have labels of the width, and ``x`` of
+the kind, that the fitted graphs had.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -106,8 +113,30 @@ def edge_arrays(data, index: int, num_nodes: int) -> tuple[np.ndarray, np.ndarra
     return indptr, cols
 
 
-def _label_matrix(data, index: int, num_nodes: int) -> np.ndarray | None:
-    """Integer label rows ``[num_nodes, c]`` from ``node_label`` or ``x``; None if neither."""
+@dataclass
+class LabelScheme:
+    """How node labels are read, fixed by the first graphs read and checked on later ones.
+
+    Attributes:
+        one_hot_x (bool, optional): whether ``x`` is read as one-hot (``None`` until a
+            graph with labels from ``x`` has been read).
+        width (int, optional): columns of a label row after that (``None`` until set).
+        vocab (Vocabulary): IDs of multi-column label rows.
+    """
+
+    one_hot_x: bool | None = None
+    width: int | None = None
+    vocab: Vocabulary = field(default_factory=Vocabulary)
+
+
+def _is_one_hot(lab: np.ndarray) -> bool:
+    """Two or more columns of 0/1 with one 1 a row (a single column is a label column)."""
+    return lab.ndim == 2 and lab.shape[1] >= 2 and bool(np.all((lab == 0) | (lab == 1)) and np.all(lab.sum(1) == 1))
+
+
+def _label_matrix(data, index: int, num_nodes: int) -> tuple[np.ndarray, str] | None:
+    """Integer label rows from ``node_label`` or ``x`` (``x`` not yet decoded from one-hot) and
+    their source; None if neither."""
     node_label = getattr(data, "node_label", None)
     if node_label is not None:
         lab = _as_numpy(node_label, "node_label", index)
@@ -126,8 +155,6 @@ def _label_matrix(data, index: int, num_nodes: int) -> np.ndarray | None:
                     "(pass node_label, or labels='degree'/'uniform')"
                 )
             lab = lab.astype(np.int64)
-        if lab.ndim == 2 and lab.shape[1] > 0 and np.all((lab == 0) | (lab == 1)) and np.all(lab.sum(1) == 1):
-            lab = lab.argmax(1)  # one-hot, what TUDataset stores
         source = "x"
     if lab.ndim == 1:
         lab = lab[:, None]
@@ -137,7 +164,7 @@ def _label_matrix(data, index: int, num_nodes: int) -> np.ndarray | None:
         )
     if lab.size and lab.min() < 0:
         raise ValueError(f"graph {index}: {source} has a negative label ({int(lab.min())})")
-    return lab.astype(np.int64)
+    return lab.astype(np.int64), source
 
 
 def _as_graph_list(graphs) -> Sequence:
@@ -148,47 +175,50 @@ def _as_graph_list(graphs) -> Sequence:
     raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
 
 
-def to_graph_set(graphs, labels: str = "auto", label_vocab: Vocabulary | None = None) -> GraphSet:
+def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None) -> GraphSet:
     """Validate graphs and flatten them into a :class:`GraphSet`.
 
     Args:
         graphs: a list of PyG ``Data`` or a PyG dataset.
         labels (str): ``"auto"`` (``node_label``, else discrete ``x``),
             ``"degree"`` or ``"uniform"`` (default ``"auto"``).
-        label_vocab (Vocabulary, optional): table for multi-column label rows,
-            shared between fit and transform so equal rows get equal labels.
+        scheme (LabelScheme, optional): how labels are read; what it leaves
+            unset is decided from these graphs and written into it, what it
+            sets is checked, so equal label rows get equal labels across
+            calls that share it (fit and transform). Default: a fresh one.
 
     Raises:
         ValueError: naming the graph's index, for an empty graph, a bad
             ``edge_index``, negative or non-integer labels, missing labels
-            under ``"auto"``, or label rows of differing widths.
+            under ``"auto"``, label rows of differing widths, or labels that
+            differ from the scheme's (one-hot ``x`` or not, width).
     """
     if labels not in LABEL_POLICIES:
         raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {labels!r}")
     graphs = _as_graph_list(graphs)
     if len(graphs) == 0:
         raise ValueError("no graphs given")
-    sizes, indptrs, indices, label_rows = [], [], [], []
-    width = None
+    if scheme is None:
+        scheme = LabelScheme()
+    sizes, indptrs, indices, label_rows, sources = [], [], [], [], []
     for i, data in enumerate(graphs):
         n = _num_nodes(data, i)
         indptr, cols = edge_arrays(data, i, n)
         if labels == "auto":
-            lab = _label_matrix(data, i, n)
-            if lab is None:
+            found = _label_matrix(data, i, n)
+            if found is None:
                 raise ValueError(f"graph {i}: has neither node_label nor x; choose labels='degree' or labels='uniform'")
-            if width is None:
-                width = lab.shape[1]
-            elif lab.shape[1] != width:
-                raise ValueError(f"graph {i}: labels have {lab.shape[1]} columns, earlier graphs have {width}")
+            lab, source = found
         elif labels == "degree":
-            lab = np.diff(indptr)[:, None]
+            lab, source = np.diff(indptr)[:, None], labels
         else:
-            lab = np.zeros((n, 1), dtype=np.int64)
+            lab, source = np.zeros((n, 1), dtype=np.int64), labels
         sizes.append(n)
         indptrs.append(indptr)
         indices.append(cols)
         label_rows.append(lab)
+        sources.append(source)
+    _decode_x(label_rows, sources, scheme)
     ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
     degree = np.concatenate([np.diff(p) for p in indptrs])
@@ -199,10 +229,32 @@ def to_graph_set(graphs, labels: str = "auto", label_vocab: Vocabulary | None = 
     if label_mat.shape[1] == 1:
         node_labels = label_mat[:, 0].copy()
     else:
-        if label_vocab is None:
-            label_vocab = Vocabulary()
-        node_labels = intern_rows(label_mat, label_vocab)
+        node_labels = intern_rows(label_mat, scheme.vocab)
     return GraphSet(ptr=ptr, indptr=indptr, indices=flat_indices, labels=node_labels)
+
+
+def _decode_x(label_rows: list, sources: list, scheme: LabelScheme) -> None:
+    """Decode one-hot ``x`` in place, if the scheme says so or (unset) every ``x`` is one-hot;
+    then check that every graph's label width is the scheme's (set by the first graph if unset)."""
+    from_x = [i for i, source in enumerate(sources) if source == "x"]
+    if from_x and scheme.one_hot_x is None:
+        scheme.one_hot_x = all(_is_one_hot(label_rows[i]) for i in from_x)
+    if scheme.one_hot_x:
+        for i in from_x:
+            if not _is_one_hot(label_rows[i]):
+                raise ValueError(
+                    f"graph {i}: x is not one-hot (two or more columns of 0/1, one 1 a row), but the "
+                    "graphs read before it had one-hot x; pass the labels as node_label instead"
+                )
+            label_rows[i] = label_rows[i].argmax(1)[:, None]  # what TUDataset stores
+    for i, lab in enumerate(label_rows):
+        if scheme.width is None:
+            scheme.width = lab.shape[1]
+        elif lab.shape[1] != scheme.width:
+            raise ValueError(
+                f"graph {i}: labels have {lab.shape[1]} columns ({sources[i]}), "
+                f"the graphs read before it have {scheme.width}"
+            )
 
 
 def intern_rows(rows: np.ndarray, vocab: Vocabulary) -> np.ndarray:

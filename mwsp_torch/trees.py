@@ -21,7 +21,7 @@ from numba import njit
 from torch_geometric.transforms import BaseTransform
 
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch.labels import GraphSet, to_graph_set
+from mwsp_torch.labels import GraphSet, LabelScheme, to_graph_set
 
 
 @njit(cache=True, nogil=True)
@@ -130,10 +130,10 @@ class TreeIDs(BaseTransform):
         self.k = k
         self.labels = labels
         self.vocab = Vocabulary()
-        self.label_vocab = Vocabulary()
+        self.label_scheme = LabelScheme()
 
     def forward(self, data):
-        graph_set = to_graph_set([data], labels=self.labels, label_vocab=self.label_vocab)
+        graph_set = to_graph_set([data], labels=self.labels, scheme=self.label_scheme)
         data.tree_ids = torch.from_numpy(tree_ids(graph_set, self.k, self.vocab))
         return data
 

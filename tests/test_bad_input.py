@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from mwsp_torch import MWSP
+from mwsp_torch import MWSP, TreeIDs
 
 from conftest import make_data
 
@@ -77,8 +77,34 @@ def test_missing_labels_under_auto_names_the_policies():
 
 def test_label_width_mismatch():
     two = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=torch.tensor([[0, 1], [1, 1]]))
-    with pytest.raises(ValueError, match="graph 1: labels have 1 columns, earlier graphs have 2"):
+    with pytest.raises(ValueError, match=r"graph 1: labels have 1 columns \(node_label\), the graphs read before it"):
         fit([two, GOOD])
+
+
+def test_transform_label_width_must_match_fit():
+    # Multi-column rows become trie IDs, single columns stay raw: mixing them would alias
+    # labels (W = 0 between graphs with different labels).
+    edge = torch.tensor([[0], [1]])
+    fitted = fit([Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([[3, 7], [5, 9]]))] * 2)
+    one = Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([1, 3]))
+    with pytest.raises(ValueError, match=r"graph 0: labels have 1 columns \(node_label\), the graphs read before"):
+        fitted.cross_distances([one])
+
+
+def test_transform_x_must_be_one_hot_when_fit_x_was():
+    one_hot = torch.nn.functional.one_hot(torch.tensor([0, 2, 1]), 3).float()
+    edges = torch.tensor([[0, 1], [1, 2]])
+    fitted = fit([Data(edge_index=edges, x=one_hot), Data(edge_index=edges, x=one_hot.flip(0))])
+    multi_hot = Data(edge_index=edges, x=torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]))
+    with pytest.raises(ValueError, match="graph 0: x is not one-hot .* the graphs read before it had one-hot x"):
+        fitted.cross_distances([multi_hot])
+
+
+def test_tree_ids_transform_checks_label_width_across_graphs():
+    transform = TreeIDs(k=1)
+    transform(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=torch.tensor([[3, 7], [5, 9]])))
+    with pytest.raises(ValueError, match="graph 0: labels have 1 columns"):
+        transform(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=torch.tensor([1, 3])))
 
 
 def test_bad_parameters():

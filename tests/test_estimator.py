@@ -109,6 +109,19 @@ def test_one_hot_x_equals_node_label():
     assert w_x[0, 1] == w_l[0, 1] > 0
 
 
+def test_single_column_x_is_a_label_column_in_every_graph():
+    # One column is never one-hot: all-ones x is label 1 here too, as in the graph that mixes
+    # 0 and 1 (read per graph, it was label 0 there, and W(all ones, all zeros) was 0).
+    edges = torch.tensor([[0], [1]])
+    columns = [[[1], [1]], [[1], [0]], [[0], [0]]]
+    via_x = [Data(edge_index=edges, x=torch.tensor(c, dtype=torch.float)) for c in columns]
+    via_label = [Data(edge_index=edges, num_nodes=2, node_label=torch.tensor(c)[:, 0]) for c in columns]
+    w_x = MWSP(d=1, k=0).fit(via_x).distances_
+    w_l = MWSP(d=1, k=0).fit(via_label).distances_
+    np.testing.assert_array_equal(w_x, w_l)
+    assert w_x[0, 2] > 0
+
+
 def test_krein_projector_flip_and_clip():
     rng = np.random.default_rng(0)
     a = rng.normal(size=(6, 6))
