@@ -1,7 +1,9 @@
 """Distance matrices cached on disk, one file per (dataset, setting).
 
 Distances use no class labels, so one matrix per ``(d, k)`` serves every
-protocol, ``lam`` and fold. The key covers everything that changes W.
+protocol, ``lam`` and fold. The key covers everything that changes W: the
+setting, and the graphs' own content (node counts, edges, labels and ``x``),
+so a dataset of the same name read from other files is never served another's W.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 
 import numpy as np
+import torch
 
 from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.estimator import MWSP
@@ -35,7 +38,7 @@ def cached_distances(
     """W for one setting, read from the cache when this exact setting was computed before.
 
     Args:
-        graphs: the dataset's graphs (their number is part of the key).
+        graphs: the dataset's graphs (their number and content are part of the key).
         dataset (str): name, part of the key and the file name.
         d, k, paths, labels, solver, blur: as in :class:`mwsp_torch.MWSP`.
         n_jobs, device, exact_engine, checkpoint, progress: how to compute it (not part
@@ -56,6 +59,7 @@ def cached_distances(
             "labels": labels,
             "solver": solver,
             "blur": blur if solver == "sinkhorn" else None,
+            "graphs": graphs_fingerprint(graphs),
         },
         sort_keys=True,
     )
@@ -83,3 +87,20 @@ def cached_distances(
     np.savez(tmp, distances=model.distances_, **model.timings_)
     os.replace(tmp, path)
     return model.distances_, {**model.timings_, "cached": False}
+
+
+def graphs_fingerprint(graphs) -> str:
+    """SHA-1 of what W reads from each graph: its node count, ``edge_index``, ``node_label``
+    and ``x`` (dtype, shape and bytes; DD's 119 MB of one-hot ``x`` hash in 0.12 s here)."""
+    digest = hashlib.sha1()
+    for data in graphs:
+        digest.update(f"graph:{getattr(data, 'num_nodes', None)}".encode())
+        for name in ("edge_index", "node_label", "x"):
+            value = getattr(data, name, None)
+            if value is None:
+                digest.update(f"{name}:none".encode())
+                continue
+            array = np.ascontiguousarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value)
+            digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()

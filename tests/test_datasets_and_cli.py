@@ -4,8 +4,10 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from mwsp_torch import MWSP, load_tudataset, paper_protocol
+from mwsp_torch.cache import cached_distances
 from mwsp_torch.cli import main
 
 
@@ -16,6 +18,23 @@ def test_mutag_loads_with_labels(mutag):
     assert all(g.node_label.shape == (g.num_nodes,) for g in graphs)
     # PyG's one-hot x is the raw label shifted by its minimum: the same categories.
     assert all(np.array_equal(g.x.argmax(1).numpy(), g.node_label.numpy() - 0) for g in graphs[:20])
+
+
+def test_distance_cache_is_keyed_by_graph_content(mutag, tmp_path):
+    graphs = mutag[0][:12]
+    first, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    again, timings_again = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    assert not timings["cached"] and timings_again["cached"]
+    np.testing.assert_array_equal(again, first)
+    # Same name, same size, other labels (another copy of the raw files): computed, not served.
+    relabelled = [g.clone() for g in graphs]
+    for g in relabelled:
+        g.node_label = torch.zeros_like(g.node_label)
+        g.x = torch.ones_like(g.x[:, :1])
+    other, timings_other = cached_distances(relabelled, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    assert not timings_other["cached"]
+    np.testing.assert_array_equal(other, MWSP(d=2, k=0).fit(relabelled).distances_)
+    assert not np.array_equal(other, first)
 
 
 def test_root_from_environment(data_root, cache_dir, monkeypatch):
