@@ -74,6 +74,10 @@ def _num_nodes(data, index: int) -> int:
     n = getattr(data, "num_nodes", None)
     if n is None:
         raise ValueError(f"graph {index}: cannot tell its number of nodes (set num_nodes, x or node_label)")
+    if isinstance(n, torch.Tensor):
+        n = n.item()
+    if not isinstance(n, (int, np.integer)) and not (isinstance(n, (float, np.floating)) and float(n).is_integer()):
+        raise ValueError(f"graph {index}: num_nodes must be a whole number, got {n!r}")
     n = int(n)
     if n <= 0:
         raise ValueError(f"graph {index}: has no nodes")

@@ -42,6 +42,12 @@ def test_graph_without_nodes():
         fit([GOOD, GOOD, bad])
 
 
+def test_fractional_num_nodes_is_not_truncated():
+    bad = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2.7, node_label=torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="graph 1: num_nodes must be a whole number, got 2.7"):
+        fit([GOOD, bad])
+
+
 def test_negative_label():
     bad = make_data(3, [(0, 1)], [0, -2, 1])
     with pytest.raises(ValueError, match=r"graph 1: node_label has a negative label \(-2\)"):

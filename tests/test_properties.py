@@ -50,10 +50,16 @@ def test_matches_bruteforce_reference(dataset, d, k, paths):
     st.lists(graphs(), min_size=1, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"])
 )
 def test_symmetric_zero_diagonal(dataset, d, k, paths):
-    w = MWSP(d=d, k=k, paths=paths).fit([as_data(g) for g in dataset]).distances_
-    assert np.array_equal(w, w.T)
-    assert np.all(np.diag(w) == 0.0)
-    assert np.all(w >= 0.0)
+    graphs = [as_data(g) for g in dataset]
+    model = MWSP(d=d, k=k, paths=paths).fit(graphs)
+    w = model.distances_
+    assert np.array_equal(w, w.T) and np.all(w >= 0.0)
+    # fit solves only upper pairs and writes the diagonal as zeros, so also solve every
+    # ordered pair, the diagonal included, as cross distances (new graphs supply the mass).
+    cross = model.cross_distances(graphs)
+    assert np.all(np.diag(cross) == 0.0)
+    np.testing.assert_allclose(cross, cross.T, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(cross, w, rtol=1e-12, atol=1e-15)
 
 
 @SETTINGS
