@@ -222,7 +222,7 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
         indices.append(cols)
         label_rows.append(lab)
         sources.append(source)
-    _decode_x(label_rows, sources, scheme)
+    _apply_scheme(label_rows, sources, scheme)
     ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
     degree = np.concatenate([np.diff(p) for p in indptrs])
@@ -237,15 +237,16 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
     return GraphSet(ptr=ptr, indptr=indptr, indices=flat_indices, labels=node_labels)
 
 
-def _decode_x(label_rows: list, sources: list, scheme: LabelScheme) -> None:
+def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
     """Decode one-hot ``x`` in place, if the scheme says so or (unset) every ``x`` is one-hot;
     then check that every graph's label width is the scheme's (set by the first graph if unset)."""
     from_x = [i for i, source in enumerate(sources) if source == "x"]
+    one_hot = {i: _is_one_hot(label_rows[i]) for i in from_x}  # one pass over each x
     if from_x and scheme.one_hot_x is None:
-        scheme.one_hot_x = all(_is_one_hot(label_rows[i]) for i in from_x)
+        scheme.one_hot_x = all(one_hot.values())
     if scheme.one_hot_x:
         for i in from_x:
-            if not _is_one_hot(label_rows[i]):
+            if not one_hot[i]:
                 raise ValueError(
                     f"graph {i}: x is not one-hot (two or more columns of 0/1, one 1 a row), but the "
                     "graphs read before it had one-hot x; pass the labels as node_label instead"
