@@ -1,6 +1,13 @@
 """TU data offline, the CLI, and the end-to-end MUTAG run."""
 
+import functools
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -206,3 +213,67 @@ def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
         == 2
     )
     assert "NOPE_A.txt" in capsys.readouterr().err
+
+
+# Run by test_cli_run_killed_mid_way_resumes: the CLI with small tiles and a pause after each
+# tile, so that the parent can kill it between some tiles and the next.
+_SLOW_CLI = """
+import functools, sys, time
+import mwsp_torch.estimator as estimator
+import mwsp_torch.transport as transport
+kernel = transport._pairs_kernel
+def slow(*args):
+    kernel(*args)
+    time.sleep(0.05)
+transport._pairs_kernel = slow
+estimator.exact_distances = functools.partial(transport.exact_distances, tile_size=TILE)
+from mwsp_torch.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch):
+    """A CLI run killed (SIGKILL) between tiles, started again with the same --checkpoint,
+    writes the matrix of an uninterrupted run and computes only the tiles it lacked."""
+    tile = 300
+    checkpoint = tmp_path / "ckpt"
+
+    def args(out, cache, with_checkpoint=True):
+        common = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--d", "2", "--k", "1"]
+        extra = ["--checkpoint", str(checkpoint)] if with_checkpoint else []
+        return common + ["--cache-dir", str(tmp_path / cache), "--out", str(out), "--quiet"] + extra
+
+    driver = tmp_path / "slow_cli.py"
+    driver.write_text(textwrap.dedent(_SLOW_CLI).replace("TILE", str(tile)))
+    env = {**os.environ, "KEOPS_VERBOSE": "0"}
+    killed_out = tmp_path / "killed.npy"
+    run = subprocess.Popen([sys.executable, str(driver), *args(killed_out, "cache")], env=env)
+    deadline = time.monotonic() + 600
+    while len(list(checkpoint.rglob("tile-*.npy"))) < 3:
+        assert run.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no tiles written in 600 s"
+        time.sleep(0.01)
+    run.send_signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL and not killed_out.exists()
+    kept = len(list(checkpoint.rglob("tile-*.npy")))
+
+    import mwsp_torch.estimator as estimator
+    import mwsp_torch.transport as transport
+
+    calls = []
+    kernel = transport._pairs_kernel
+
+    def counting(*kernel_args):
+        calls.append(len(kernel_args[0]))
+        return kernel(*kernel_args)
+
+    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    monkeypatch.setattr(estimator, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
+    resumed_out = tmp_path / "resumed.npy"
+    assert main(args(resumed_out, "cache")) == 0
+    tiles = len(list(checkpoint.rglob("tile-*.npy")))
+    assert kept < tiles and len(calls) == tiles - kept
+    monkeypatch.setattr(transport, "_pairs_kernel", kernel)
+    whole_out = tmp_path / "whole.npy"
+    assert main(args(whole_out, "other-cache", with_checkpoint=False)) == 0
+    np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))
