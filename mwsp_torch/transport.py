@@ -607,6 +607,11 @@ class _TileStore:
         digest.update(str(tile_size).encode())
         self.directory = Path(directory) / digest.hexdigest()[:20]
         self.directory.mkdir(parents=True, exist_ok=True)
+        # A run killed while saving leaves its temporary file (see save): drop those of dead runs.
+        for stale in self.directory.glob(".tile-*.npy"):
+            pid = stale.name.split(".")[2]
+            if pid.isdigit() and not _process_alive(int(pid)):
+                stale.unlink(missing_ok=True)
 
     def _path(self, index: int) -> Path:
         return self.directory / f"tile-{index:07d}.npy"
@@ -625,6 +630,19 @@ class _TileStore:
         tmp = self.directory / f".tile-{index:07d}.{os.getpid()}.npy"
         np.save(tmp, values)
         os.replace(tmp, self._path(index))  # atomic: a killed run leaves no half tile
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on POSIX; elsewhere assumed alive, so nothing is removed)."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def pot_distances(left: SupportSet, right: SupportSet, pairs: np.ndarray) -> np.ndarray:

@@ -211,6 +211,22 @@ def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
     assert len(calls) == len(tiles[1::2])
 
 
+def test_checkpoint_drops_temporary_tiles_of_dead_runs(tmp_path):
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    support = MWSP(d=2, k=0).fit(graphs).support_
+    pairs = upper_pairs(len(graphs))
+    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    (directory,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left_by_dead = directory / f".tile-0000000.{dead.pid}.npy"  # killed while saving
+    left_by_live = directory / f".tile-0000001.{os.getpid()}.npy"  # still saving
+    for path in (left_by_dead, left_by_live):
+        np.save(path, np.zeros(3))
+    np.testing.assert_array_equal(exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path), full)
+    assert not left_by_dead.exists() and left_by_live.exists()
+
+
 def test_checkpoint_is_keyed_by_inputs(tmp_path):
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     a = MWSP(d=1, k=0, checkpoint=str(tmp_path)).fit(graphs).distances_
