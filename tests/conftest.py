@@ -55,3 +55,20 @@ def mutag(data_root, cache_dir):
     from mwsp_torch import load_tudataset
 
     return load_tudataset("MUTAG", root=data_root, cache_dir=cache_dir)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list[int]:
+    """The pair count of each tile the exact engine's compiled kernel computes from now on
+    (the kernel is wrapped for the test), to check what a resumed run recomputes."""
+    import mwsp_torch.transport as transport
+
+    calls = []
+    kernel = transport._pairs_kernel
+
+    def counting(*args):
+        calls.append(len(args[0]))
+        return kernel(*args)
+
+    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    return calls

@@ -232,7 +232,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch):
+def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel_calls):
     """A CLI run killed (SIGKILL) between tiles, started again with the same --checkpoint,
     writes the matrix of an uninterrupted run and computes only the tiles it lacked."""
     tile = 300
@@ -260,20 +260,12 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch):
     import mwsp_torch.estimator as estimator
     import mwsp_torch.transport as transport
 
-    calls = []
-    kernel = transport._pairs_kernel
-
-    def counting(*kernel_args):
-        calls.append(len(kernel_args[0]))
-        return kernel(*kernel_args)
-
-    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    kernel_calls.clear()
     monkeypatch.setattr(estimator, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
     resumed_out = tmp_path / "resumed.npy"
     assert main(args(resumed_out, "cache")) == 0
     tiles = len(list(checkpoint.rglob("tile-*.npy")))
-    assert kept < tiles and len(calls) == tiles - kept
-    monkeypatch.setattr(transport, "_pairs_kernel", kernel)
+    assert kept < tiles and len(kernel_calls) == tiles - kept
     whole_out = tmp_path / "whole.npy"
     assert main(args(whole_out, "other-cache", with_checkpoint=False)) == 0
     np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))

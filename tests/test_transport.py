@@ -186,7 +186,7 @@ def test_listed_and_scattered_costs_equal_merged_costs(seed):
     assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
 
 
-def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
+def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, kernel_calls):
     graphs, _ = make_csl(graphs_per_class=3, num_nodes=15)
     support = MWSP(d=3, k=1).fit(graphs).support_
     pairs = upper_pairs(len(graphs))
@@ -196,19 +196,10 @@ def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, monkeypatch):
     # A killed run: some tiles never written, one corrupted mid-way is impossible (atomic rename).
     for tile in tiles[1::2]:
         tile.unlink()
-    import mwsp_torch.transport as transport
-
-    calls = []
-    kernel = transport._pairs_kernel
-
-    def counting(*args):
-        calls.append(len(args[0]))
-        return kernel(*args)
-
-    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    kernel_calls.clear()
     resumed = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
     assert np.array_equal(resumed, full)
-    assert len(calls) == len(tiles[1::2])
+    assert len(kernel_calls) == len(tiles[1::2])
 
 
 def test_checkpoint_drops_temporary_tiles_of_dead_runs(tmp_path):
