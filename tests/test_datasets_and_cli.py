@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+import mwsp_torch.estimator as estimator
+import mwsp_torch.transport as transport
 from mwsp_torch import MWSP, load_tudataset, paper_protocol
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.cli import main
@@ -256,9 +258,6 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel
     run.send_signal(signal.SIGKILL)
     assert run.wait() == -signal.SIGKILL and not killed_out.exists()
     kept = len(list(checkpoint.rglob("tile-*.npy")))
-
-    import mwsp_torch.estimator as estimator
-    import mwsp_torch.transport as transport
 
     kernel_calls.clear()
     monkeypatch.setattr(estimator, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
