@@ -66,7 +66,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         checkpoint (str, optional): directory for finished tiles of the exact
             solver; a killed ``fit`` started again recomputes only unfinished
             tiles and ends with the identical matrix (default: none).
-        progress (bool): show a tqdm bar over pairs (default ``False``).
+        progress (bool): show tqdm bars over graphs (tree IDs, then paths) and over pairs
+            (default ``False``).
 
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
@@ -139,8 +140,12 @@ class MWSP(TransformerMixin, BaseEstimator):
             label_scheme, tree_vocab, path_vocab, row_vocab = LabelScheme(), Vocabulary(), Vocabulary(), RowVocabulary()
             tree_frozen = path_frozen = None
         graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme)
-        trees = tree_ids(graph_set, self.k, tree_vocab, frozen=tree_frozen)
-        features = node_feature_maps(graph_set, trees, self.d, self.paths, path_vocab, frozen=path_frozen)
+        with tqdm(total=graph_set.num_graphs, desc="trees", unit="graph", disable=not self.progress) as bar:
+            trees = tree_ids(graph_set, self.k, tree_vocab, frozen=tree_frozen, progress=bar.update)
+        with tqdm(total=graph_set.num_graphs, desc="paths", unit="graph", disable=not self.progress) as bar:
+            features = node_feature_maps(
+                graph_set, trees, self.d, self.paths, path_vocab, frozen=path_frozen, progress=bar.update
+            )
         row_ids = row_vocab.intern(features)
         if fitted:
             # Bank = fitted rows, then this call's fresh rows (IDs continue the fitted ones).

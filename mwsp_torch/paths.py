@@ -18,12 +18,14 @@ so identical rows come out bit-identical whatever the node numbering.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch.labels import GraphSet
+from mwsp_torch.labels import CHUNK_NODES, GraphSet, graph_chunks
 
 PATH_MODES = ("split", "all")
 
@@ -38,8 +40,10 @@ def _grow(arr, need):
 
 
 @njit(cache=True, nogil=True)
-def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset):
-    num_nodes = tree_ids.shape[0]
+def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset, lo, hi):
+    """Rows of nodes ``lo .. hi - 1``, whole graphs (a BFS never leaves its graph, so the
+    per-node arrays are indexed from ``lo``). Returns ``(row_ptr [hi - lo + 1], cols, vals)``."""
+    num_nodes = hi - lo
     num_scales = tree_ids.shape[1]
     dist = np.full(num_nodes, -1, dtype=np.int64)
     sigma = np.zeros(num_nodes, dtype=np.int64)
@@ -59,12 +63,12 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     cols = np.empty(1024, dtype=np.int64)
     vals = np.empty(1024, dtype=np.float64)
     nnz = 0
-    for v in range(num_nodes):
+    for v in range(lo, hi):
         # BFS to depth d with shortest-path counts sigma.
         order[0] = v
-        dist[v] = 0
-        sigma[v] = 1
-        pos[v] = 0
+        dist[v - lo] = 0
+        sigma[v - lo] = 1
+        pos[v - lo] = 0
         tail = 1
         level_end[0] = 1
         start = 0
@@ -72,15 +76,15 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
             for i in range(start, level_end[level]):
                 u = order[i]
                 for e in range(indptr[u], indptr[u + 1]):
-                    w = indices[e]
+                    w = indices[e] - lo
                     if dist[w] == -1:
                         dist[w] = level + 1
                         sigma[w] = 0
                         pos[w] = tail
-                        order[tail] = w
+                        order[tail] = w + lo
                         tail += 1
                     if dist[w] == level + 1:
-                        sigma[w] += sigma[u]
+                        sigma[w] += sigma[u - lo]
             start = level_end[level]
             level_end[level + 1] = tail
         n_emit = 0
@@ -96,7 +100,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                 for i in range(n_st):
                     em_rep[n_emit] = st_rep[i]
                     if split:
-                        em_w[n_emit] = st_cnt[i] / sigma[st_node[i]]
+                        em_w[n_emit] = st_cnt[i] / sigma[st_node[i] - lo]
                     else:
                         em_w[n_emit] = float(st_cnt[i])
                     n_emit += 1
@@ -108,7 +112,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                     u = st_node[i]
                     for e in range(indptr[u], indptr[u + 1]):
                         w = indices[e]
-                        if dist[w] == level + 1:
+                        if dist[w - lo] == level + 1:
                             if n_nx >= nx_node.shape[0]:
                                 nx_node = _grow(nx_node, n_nx + 1)
                                 nx_rep = _grow(nx_rep, n_nx + 1)
@@ -122,7 +126,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                 # Merge states with equal (end node, representation).
                 key = np.empty(n_nx, dtype=np.int64)
                 for i in range(n_nx):
-                    key[i] = nx_rep[i] * tail + pos[nx_node[i]]
+                    key[i] = nx_rep[i] * tail + pos[nx_node[i] - lo]
                 perm = np.argsort(key)
                 st_node = _grow(st_node, n_nx)
                 st_rep = _grow(st_rep, n_nx)
@@ -155,9 +159,9 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                 vals[nnz] = em_w[i]
                 nnz += 1
                 last = em_rep[i]
-        row_ptr[v + 1] = nnz
+        row_ptr[v - lo + 1] = nnz
         for i in range(tail):
-            dist[order[i]] = -1
+            dist[order[i] - lo] = -1
     return row_ptr, cols[:nnz].copy(), vals[:nnz].copy()
 
 
@@ -168,6 +172,8 @@ def node_feature_maps(
     paths: str,
     vocab: Vocabulary,
     frozen: Vocabulary | None = None,
+    progress: Callable[[int], None] | None = None,
+    chunk_nodes: int = CHUNK_NODES,
 ) -> sp.csr_matrix:
     """Multi-scale node feature maps ``phi(v)`` of every node, sparse.
 
@@ -178,6 +184,10 @@ def node_feature_maps(
         paths (str): ``"split"`` or ``"all"``.
         vocab (Vocabulary): table that unseen path representations join.
         frozen (Vocabulary, optional): fitted table, consulted first, never changed.
+        progress (callable, optional): called with the number of graphs done, after each
+            run of about ``chunk_nodes`` nodes.
+        chunk_nodes (int): nodes per call of the compiled kernel (default ``CHUNK_NODES``;
+            the result does not depend on it).
 
     Returns:
         ``[num_nodes, vocab.size]`` CSR float64 matrix, columns sorted per row.
@@ -187,15 +197,22 @@ def node_feature_maps(
     if paths not in PATH_MODES:
         raise ValueError(f"paths must be one of {PATH_MODES}, got {paths!r}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
-    row_ptr, cols, vals = _path_features_kernel(
-        graph_set.indptr,
-        graph_set.indices,
-        np.ascontiguousarray(tree_ids, dtype=np.int64),
-        d,
-        paths == "split",
-        frozen_table,
-        vocab.table,
-        vocab.offset,
-    )
+    tree_ids = np.ascontiguousarray(tree_ids, dtype=np.int64)
+    row_ptrs, cols, vals = [np.zeros(1, dtype=np.int64)], [], []
+    for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
+        lo, hi = int(graph_set.ptr[first]), int(graph_set.ptr[stop])
+        row_ptr, chunk_cols, chunk_vals = _path_features_kernel(
+            graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
+            vocab.offset, lo, hi,
+        )  # fmt: skip
+        row_ptrs.append(row_ptr[1:] + row_ptrs[-1][-1])
+        cols.append(chunk_cols)
+        vals.append(chunk_vals)
+        if progress is not None:
+            progress(stop - first)
     width = max(vocab.size, frozen.size if frozen is not None else 0)
-    return sp.csr_matrix((vals, cols, row_ptr), shape=(graph_set.num_nodes, width))
+    return sp.csr_matrix(
+        (np.concatenate(vals or [np.empty(0)]), np.concatenate(cols or [np.empty(0, dtype=np.int64)]),
+         np.concatenate(row_ptrs)),
+        shape=(graph_set.num_nodes, width),
+    )  # fmt: skip

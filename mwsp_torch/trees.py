@@ -10,10 +10,13 @@ isomorphic as rooted labelled trees. A single table serves every depth: a leaf
 and a depth-0 tree with the same label are the same tree, and get the same ID.
 
 The kernel is compiled with numba; one BFS per root, memory linear in the
-largest graph.
+largest graph. It is called on runs of whole graphs
+(:func:`mwsp_torch.labels.graph_chunks`), each reporting progress.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -21,22 +24,29 @@ from numba import njit
 from torch_geometric.transforms import BaseTransform
 
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch.labels import GraphSet, LabelScheme, to_graph_set
+from mwsp_torch.labels import CHUNK_NODES, GraphSet, LabelScheme, graph_chunks, to_graph_set
 
 
 @njit(cache=True, nogil=True)
-def _tree_ids_kernel(ptr, indptr, indices, labels, k, frozen, fresh, offset):
-    num_nodes = labels.shape[0]
-    out = np.empty((num_nodes, k + 1), dtype=np.int64)
-    for u in range(num_nodes):
+def _label_ids_kernel(labels, k, frozen, fresh, offset):
+    """``[num_nodes, k + 1]`` tree IDs with scale 0 (the labels as depth-0 trees) filled in."""
+    out = np.empty((labels.shape[0], k + 1), dtype=np.int64)
+    for u in range(labels.shape[0]):
         out[u, 0] = intern_pair(frozen, fresh, offset, -1, labels[u])
-    if k == 0:
-        return out
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first, stop):
+    """Scales ``1..k`` of ``out`` for the nodes of graphs ``first .. stop - 1`` (a BFS never
+    leaves its graph, so the per-node arrays are indexed from the first of those nodes)."""
+    lo = ptr[first]
+    num_nodes = ptr[stop] - lo
     max_size = 1
     max_degree = 1
-    for g in range(ptr.shape[0] - 1):
+    for g in range(first, stop):
         max_size = max(max_size, ptr[g + 1] - ptr[g])
-    for u in range(num_nodes):
+    for u in range(lo, lo + num_nodes):
         max_degree = max(max_degree, indptr[u + 1] - indptr[u])
     dist = np.full(num_nodes, -1, dtype=np.int64)
     pos = np.empty(num_nodes, dtype=np.int64)
@@ -45,11 +55,11 @@ def _tree_ids_kernel(ptr, indptr, indices, labels, k, frozen, fresh, offset):
     prev = np.empty(max_size, dtype=np.int64)
     cur = np.empty(max_size, dtype=np.int64)
     children = np.empty(max_degree, dtype=np.int64)
-    for v in range(num_nodes):
+    for v in range(lo, lo + num_nodes):
         # BFS to depth k, nodes stored level by level in `order`.
         order[0] = v
-        dist[v] = 0
-        pos[v] = 0
+        dist[v - lo] = 0
+        pos[v - lo] = 0
         tail = 1
         level_end[0] = 1
         start = 0
@@ -58,9 +68,9 @@ def _tree_ids_kernel(ptr, indptr, indices, labels, k, frozen, fresh, offset):
                 u = order[i]
                 for e in range(indptr[u], indptr[u + 1]):
                     w = indices[e]
-                    if dist[w] == -1:
-                        dist[w] = level + 1
-                        pos[w] = tail
+                    if dist[w - lo] == -1:
+                        dist[w - lo] = level + 1
+                        pos[w - lo] = tail
                         order[tail] = w
                         tail += 1
             start = level_end[level]
@@ -74,8 +84,8 @@ def _tree_ids_kernel(ptr, indptr, indices, labels, k, frozen, fresh, offset):
                 m = 0
                 for e in range(indptr[u], indptr[u + 1]):
                     w = indices[e]
-                    if dist[w] == dist[u] + 1:
-                        children[m] = prev[pos[w]]
+                    if dist[w - lo] == dist[u - lo] + 1:
+                        children[m] = prev[pos[w - lo]]
                         m += 1
                 h = out[u, 0]
                 if m > 0:
@@ -86,11 +96,17 @@ def _tree_ids_kernel(ptr, indptr, indices, labels, k, frozen, fresh, offset):
             out[v, r] = cur[0]
             prev, cur = cur, prev
         for i in range(tail):
-            dist[order[i]] = -1
-    return out
+            dist[order[i] - lo] = -1
 
 
-def tree_ids(graph_set: GraphSet, k: int, vocab: Vocabulary, frozen: Vocabulary | None = None) -> np.ndarray:
+def tree_ids(
+    graph_set: GraphSet,
+    k: int,
+    vocab: Vocabulary,
+    frozen: Vocabulary | None = None,
+    progress: Callable[[int], None] | None = None,
+    chunk_nodes: int = CHUNK_NODES,
+) -> np.ndarray:
     """Tree IDs ``t_s(v)`` for ``s = 0..k`` of every node.
 
     Args:
@@ -99,6 +115,10 @@ def tree_ids(graph_set: GraphSet, k: int, vocab: Vocabulary, frozen: Vocabulary 
         vocab (Vocabulary): table that unseen trees are added to.
         frozen (Vocabulary, optional): a fitted table consulted first and
             never changed (default: none).
+        progress (callable, optional): called with the number of graphs done, after each
+            run of about ``chunk_nodes`` nodes.
+        chunk_nodes (int): nodes per call of the compiled kernel (default ``CHUNK_NODES``;
+            the result does not depend on it).
 
     Returns:
         ``[num_nodes, k + 1]`` int64 array; equal IDs iff isomorphic trees.
@@ -106,9 +126,16 @@ def tree_ids(graph_set: GraphSet, k: int, vocab: Vocabulary, frozen: Vocabulary 
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
-    return _tree_ids_kernel(
-        graph_set.ptr, graph_set.indptr, graph_set.indices, graph_set.labels, k, frozen_table, vocab.table, vocab.offset
-    )
+    out = _label_ids_kernel(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
+    for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
+        if k > 0:
+            _tree_ids_kernel(
+                graph_set.ptr, graph_set.indptr, graph_set.indices, k, frozen_table, vocab.table, vocab.offset, out,
+                first, stop,
+            )  # fmt: skip
+        if progress is not None:
+            progress(stop - first)
+    return out
 
 
 class TreeIDs(BaseTransform):

@@ -6,6 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mwsp_torch import MWSP
+from mwsp_torch._interning import Vocabulary
+from mwsp_torch.labels import to_graph_set
+from mwsp_torch.paths import node_feature_maps
+from mwsp_torch.trees import tree_ids
 
 from conftest import make_data
 from reference import distance_matrix
@@ -111,3 +115,37 @@ def test_kernel_is_exp_of_distances(dataset, lam):
     kernel = model.fit_transform([as_data(g) for g in dataset])
     np.testing.assert_array_equal(kernel, np.exp(-lam * model.distances_))
     assert np.all(np.diag(kernel) == 1.0)
+
+
+def _features_in_chunks(graph_set, d, k, paths, chunk_nodes):
+    """Tree IDs and feature maps computed over runs of ``chunk_nodes`` nodes, with the
+    graph counts each run reported."""
+    done = []
+    trees = tree_ids(graph_set, k, Vocabulary(), progress=done.append, chunk_nodes=chunk_nodes)
+    features = node_feature_maps(
+        graph_set, trees, d, paths, Vocabulary(), progress=done.append, chunk_nodes=chunk_nodes
+    )
+    return trees, features, done
+
+
+@SETTINGS
+@given(
+    st.lists(graphs(), min_size=1, max_size=6),
+    st.integers(1, 12),
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.sampled_from(["split", "all"]),
+)
+def test_features_do_not_depend_on_chunks(dataset, chunk_nodes, d, k, paths):
+    """Runs of whole graphs (the unit of the feature progress bars) give the arrays one run
+    gives, bit for bit, and report every graph once per pass."""
+    graph_set = to_graph_set([as_data(g) for g in dataset])
+    trees, features, done = _features_in_chunks(graph_set, d, k, paths, chunk_nodes)
+    whole_trees, whole_features, whole_done = _features_in_chunks(graph_set, d, k, paths, graph_set.num_nodes)
+    np.testing.assert_array_equal(trees, whole_trees)
+    assert features.shape == whole_features.shape
+    np.testing.assert_array_equal(features.indptr, whole_features.indptr)
+    np.testing.assert_array_equal(features.indices, whole_features.indices)
+    np.testing.assert_array_equal(features.data, whole_features.data)
+    assert whole_done == [len(dataset), len(dataset)]
+    assert sum(done) == 2 * len(dataset) and min(done) >= 1
