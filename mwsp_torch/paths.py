@@ -40,9 +40,12 @@ def _grow(arr, need):
 
 
 @njit(cache=True, nogil=True)
-def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset, lo, hi):
+def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset, lo, hi, row_ptr, cols, vals, nnz):
     """Rows of nodes ``lo .. hi - 1``, whole graphs (a BFS never leaves its graph, so the
-    per-node arrays are indexed from ``lo``). Returns ``(row_ptr [hi - lo + 1], cols, vals)``."""
+    per-node arrays are indexed from ``lo``), appended to ``cols``/``vals`` after entry ``nnz``
+    and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz)``, the buffers grown
+    by doubling: one pair of buffers serves every run, as in a single call (buffers of
+    its own for each run left REDDIT-BINARY d=2,k=2's features with 0.35 GiB more peak RSS)."""
     num_nodes = hi - lo
     num_scales = tree_ids.shape[1]
     dist = np.full(num_nodes, -1, dtype=np.int64)
@@ -59,10 +62,6 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     nx_cnt = np.empty(64, dtype=np.int64)
     em_rep = np.empty(64, dtype=np.int64)
     em_w = np.empty(64, dtype=np.float64)
-    row_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    cols = np.empty(1024, dtype=np.int64)
-    vals = np.empty(1024, dtype=np.float64)
-    nnz = 0
     for v in range(lo, hi):
         # BFS to depth d with shortest-path counts sigma.
         order[0] = v
@@ -159,10 +158,10 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                 vals[nnz] = em_w[i]
                 nnz += 1
                 last = em_rep[i]
-        row_ptr[v - lo + 1] = nnz
+        row_ptr[v + 1] = nnz
         for i in range(tail):
             dist[order[i] - lo] = -1
-    return row_ptr, cols[:nnz].copy(), vals[:nnz].copy()
+    return cols, vals, nnz
 
 
 def node_feature_maps(
@@ -198,21 +197,17 @@ def node_feature_maps(
         raise ValueError(f"paths must be one of {PATH_MODES}, got {paths!r}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
     tree_ids = np.ascontiguousarray(tree_ids, dtype=np.int64)
-    row_ptrs, cols, vals = [np.zeros(1, dtype=np.int64)], [], []
+    row_ptr = np.zeros(graph_set.num_nodes + 1, dtype=np.int64)
+    cols = np.empty(1024, dtype=np.int64)
+    vals = np.empty(1024, dtype=np.float64)
+    nnz = 0
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         lo, hi = int(graph_set.ptr[first]), int(graph_set.ptr[stop])
-        row_ptr, chunk_cols, chunk_vals = _path_features_kernel(
+        cols, vals, nnz = _path_features_kernel(
             graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
-            vocab.offset, lo, hi,
+            vocab.offset, lo, hi, row_ptr, cols, vals, nnz,
         )  # fmt: skip
-        row_ptrs.append(row_ptr[1:] + row_ptrs[-1][-1])
-        cols.append(chunk_cols)
-        vals.append(chunk_vals)
         if progress is not None:
             progress(stop - first)
     width = max(vocab.size, frozen.size if frozen is not None else 0)
-    return sp.csr_matrix(
-        (np.concatenate(vals or [np.empty(0)]), np.concatenate(cols or [np.empty(0, dtype=np.int64)]),
-         np.concatenate(row_ptrs)),
-        shape=(graph_set.num_nodes, width),
-    )  # fmt: skip
+    return sp.csr_matrix((vals[:nnz].copy(), cols[:nnz].copy(), row_ptr), shape=(graph_set.num_nodes, width))
