@@ -44,8 +44,8 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     """Rows of nodes ``lo .. hi - 1``, whole graphs (a BFS never leaves its graph, so the
     per-node arrays are indexed from ``lo``), appended to ``cols``/``vals`` after entry ``nnz``
     and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz)``, the buffers grown
-    by doubling: one pair of buffers serves every run, as in a single call (buffers of
-    its own for each run left REDDIT-BINARY d=2,k=2's features with 0.35 GiB more peak RSS)."""
+    by doubling: one pair of buffers serves every run, as in a single call (buffers per run
+    raised the peak RSS of REDDIT-BINARY d=2,k=2's features by 0.35 GiB)."""
     num_nodes = hi - lo
     num_scales = tree_ids.shape[1]
     dist = np.full(num_nodes, -1, dtype=np.int64)
