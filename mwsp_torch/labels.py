@@ -262,7 +262,8 @@ def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
     """Decode one-hot ``x`` in place, if the scheme says so or (unset) every ``x`` is one-hot;
     then check that every graph's label width is the scheme's (set by the first graph if unset)."""
     from_x = [i for i, source in enumerate(sources) if source == "x"]
-    one_hot = {i: _is_one_hot(label_rows[i]) for i in from_x}  # one pass over each x
+    # One pass over each x, none once the scheme has already said x is not one-hot.
+    one_hot = {} if scheme.one_hot_x is False else {i: _is_one_hot(label_rows[i]) for i in from_x}
     if from_x and scheme.one_hot_x is None:
         scheme.one_hot_x = all(one_hot.values())
     if scheme.one_hot_x:
