@@ -55,7 +55,7 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
 Why a primal method: dual methods were measured on NCI1's problems and were slower.
 Successive shortest paths (Jonker-Volgenant style) took 15.6 us a solve against the simplex's
 13.3 us. A primal-dual (Hungarian) method on bit masks (``benchmarks/primal_dual.py``) took
-15.1 us against 13.8 us. Each did about as many searches (31) as the simplex does pivots (33),
+15.0 us against 13.7 us. Each did about as many searches (31) as the simplex does pivots (33),
 at no less cost each (``benchmarks/README.md``, 2026-11-23).
 
 Measured by ``benchmarks/solver_settings.py --pot --baseline e5668d9`` (the solver alone,
