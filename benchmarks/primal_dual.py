@@ -35,20 +35,10 @@ import numpy as np  # noqa: E402
 from numba import njit, typed  # noqa: E402
 from solver_settings import problems  # noqa: E402
 
-from mwsp_torch._simplex import transport_cost  # noqa: E402
+from mwsp_torch._simplex import _popcount, transport_cost  # noqa: E402
 
 #: Slack of a labelled column, and the offset that keeps its slack there.
 BIG = 1e300
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _bit(low):
-    """Index of the one set bit of ``low`` (SWAR popcount of ``low - 1``)."""
-    x = low - 1
-    x = x - ((x >> 1) & 0x5555555555555555)
-    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
-    return (x * 0x0101010101010101) >> 56
 
 
 @njit(cache=True, nogil=True)
@@ -59,7 +49,7 @@ def _label_columns(tight, collab, rowlab, slack, blocked, rd, colflow, predr, qu
     while tight:
         low = tight & -tight
         tight ^= low
-        q = _bit(low)
+        q = _popcount(low - 1)  # the index of low's one set bit
         collab |= low
         slack[q] = BIG
         blocked[q] = BIG
@@ -70,7 +60,7 @@ def _label_columns(tight, collab, rowlab, slack, blocked, rd, colflow, predr, qu
         while rows:
             lr = rows & -rows
             rows ^= lr
-            p = _bit(lr)
+            p = _popcount(lr - 1)
             predr[p] = q
             queue[top] = p
             top += 1
