@@ -50,13 +50,20 @@ from mwsp_torch.transport import _bank_arrays, _cancel_pairs, _shared_bank, cost
 
 def problems(name: str, d: int, k: int, pairs: int, seed: int, stride: int):
     """``(supplies, demands, costs)`` of ``pairs`` random pairs with two or more points a side."""
+    support, candidates = support_and_pairs(name, d, k, pairs, seed, stride)
+    return pair_problems(support, candidates, limit=pairs)
+
+
+def support_and_pairs(name: str, d: int, k: int, pairs: int, seed: int, stride: int = 1):
+    """The collapsed graphs (``SupportSet``) of every ``stride``-th graph of ``name``, and
+    ``4 * pairs`` random pairs of two different graphs (candidates: :func:`pair_problems`
+    keeps the first ``pairs`` that need a solve)."""
     graphs, _ = load_dataset(name)
     graphs = graphs[::stride]
     support, _ = MWSP(d=d, k=k, labels=default_labels(name))._features(graphs, fitted=False)
     rng = np.random.default_rng(seed)
     candidates = rng.integers(support.num_graphs, size=(4 * pairs, 2))
-    candidates = candidates[candidates[:, 0] != candidates[:, 1]]
-    return pair_problems(support, candidates, limit=pairs)
+    return support, candidates[candidates[:, 0] != candidates[:, 1]]
 
 
 def pair_problems(support, pairs: np.ndarray, limit: int | None = None):
