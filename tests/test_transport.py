@@ -300,6 +300,26 @@ def test_fused_sinkhorn_equals_geomloss_on_mutag(mutag, device):
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dense_gram_bytes", [0, 1 << 40])
+def test_distance_table_by_dense_or_sparse_product(mutag, device, dense_gram_bytes):
+    """The row-to-row table of the fused and Triton Sinkhorn backends, from a sparse product
+    on the host or a dense one on the device (CUDA's default for small banks): both equal
+    the distances of the dense rows, and the floor and zero diagonal hold."""
+    from scipy.spatial.distance import cdist
+
+    from mwsp_torch.transport import _distance_table
+
+    bank = MWSP(d=3, k=1).fit(mutag[0][:40]).support_.rows
+    dense = bank.toarray()
+    expected = cdist(dense, dense)
+    for floor in (0.0, 1e-8):
+        table = _distance_table(bank, device, floor, dense_gram_bytes=dense_gram_bytes).cpu().numpy()
+        assert table.shape == expected.shape and table.dtype == np.float64
+        np.testing.assert_allclose(table, np.sqrt(np.maximum(expected**2, floor)), rtol=1e-12, atol=0)
+        assert np.all(np.diag(table) == np.sqrt(floor))
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.integers(1, 12),
