@@ -723,9 +723,11 @@ def sinkhorn_distances(
             ``"triton"``: queued on the device).
         dtype (str): ``"float64"`` (default) or, with ``backend="triton"`` only,
             ``"float32"`` (experimental): the kernels in single precision, no longer
-            equal to geomloss's float64 value; its speed and its error against exact are
-            not yet measured on a GPU (under Triton's interpreter it is within 1e-4 of
-            float64, tested). The result is float64 either way.
+            equal to geomloss's float64 value but within 1e-3 relative of it (tested on
+            an H100 and under Triton's interpreter). On an H100, all NCI1 pairs at
+            blur 0.01, scaling 0.9: 3.2x the pairs per second of float64 (4.4e6 against
+            1.4e6), the same median error against exact, 1.48 % (``benchmarks/README.md``).
+            The result is float64 either way.
 
     Returns:
         ``[m]`` float64 approximate distances.
