@@ -46,6 +46,7 @@ def main() -> None:
     base |= {"cpus": os.cpu_count(), "threading_layer": numba.threading_layer()}
     first = None
     for threads in args.threads:
+        threads = min(threads, numba.config.NUMBA_NUM_THREADS)  # what exact_distances can use
         chosen = pairs[: args.single_pairs] if threads == 1 else pairs
         start = time.perf_counter()
         values = exact_distances(support, support, chosen, n_jobs=threads)

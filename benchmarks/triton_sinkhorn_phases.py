@@ -4,8 +4,10 @@ After two warm-up calls (the first compiles every tile shape), times the call's 
 with the device synchronised after each: the shared row bank, its span (the diameter),
 the row-to-row table, the upload of the support set, the debiasing terms, the host side
 of the cross terms (tile codes, sort, uploads, launches: ``cross_host``) and all of it
-with the kernels (``cross_total``), the copy back; then the whole call. Two repetitions,
-one JSON object each. Figures: ``benchmarks/README.md``, ``gpu_results/*triton_phases*``.
+with the kernels (``cross_total``), the copy back; then the whole call. The debiasing
+terms are computed for every graph, while the call computes them only for the graphs
+its pairs use: on 1 M random NCI1 pairs, every graph. Two repetitions, one JSON object
+each. Figures: ``benchmarks/README.md``, ``gpu_results/*triton_phases*``.
 
 Usage (on a GPU machine)::
 

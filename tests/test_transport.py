@@ -318,6 +318,9 @@ def test_distance_table_by_dense_or_sparse_product(mutag, device, dense_gram_byt
         assert table.shape == expected.shape and table.dtype == np.float64
         np.testing.assert_allclose(table, np.sqrt(np.maximum(expected**2, floor)), rtol=1e-12, atol=0)
         assert np.all(np.diag(table) == np.sqrt(floor))
+    # The default: the dense product on CUDA, the sparse one on a CPU.
+    table = _distance_table(bank, device, 0.0).cpu().numpy()
+    np.testing.assert_allclose(table, expected, rtol=1e-12, atol=0)
 
 
 @settings(max_examples=80, deadline=None)
