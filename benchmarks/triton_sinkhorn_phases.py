@@ -1,7 +1,7 @@
 """Where one ``sinkhorn_distances(backend="triton")`` call spends its time, phase by phase.
 
 After two warm-up calls (the first compiles every tile shape), times the call's parts
-with the device synchronised after each: the shared row bank, its span (the diameter),
+with the device synchronised after each: the shared row bank, its span (the diameter, with the schedule: ``span``),
 the row-to-row table, the upload of the support set, the debiasing terms, the host side
 of the cross terms (tile codes, sort, uploads, launches: ``cross_host``) and all of it
 with the kernels (``cross_total``), the copy back; then the whole call. The debiasing
@@ -33,7 +33,7 @@ from gpu_sinkhorn import add_problem_arguments, support_and_pairs  # noqa: E402
 
 from mwsp_torch import _triton_sinkhorn as kernels  # noqa: E402
 from mwsp_torch._batched_sinkhorn import epsilon_schedule  # noqa: E402
-from mwsp_torch.transport import _distance_table, _shared_bank, sinkhorn_distances  # noqa: E402
+from mwsp_torch.transport import _distance_table, _shared_bank, sinkhorn_diameter, sinkhorn_distances  # noqa: E402
 
 
 class Laps:
@@ -66,9 +66,8 @@ def main() -> None:
         lap = laps.lap
         bank = _shared_bank(support, support)
         lap("bank")
-        span = (bank.max(axis=0) - bank.min(axis=0)).toarray()
-        lap("span")
-        eps_list = epsilon_schedule(max(float(np.linalg.norm(span)), args.blur), args.blur, args.scaling)
+        eps_list = epsilon_schedule(sinkhorn_diameter(bank, args.blur), args.blur, args.scaling)
+        lap("span")  # the diameter and the schedule
         table = _distance_table(bank, "cuda", floor=1e-8).to(getattr(torch, args.dtype))
         lap("table")
         sset = kernels.measures(*support.arrays(), table.dtype, table.device)

@@ -30,7 +30,7 @@ from gpu_sinkhorn import add_problem_arguments, support_and_pairs, synchronize  
 
 from mwsp_torch import _triton_sinkhorn as kernels  # noqa: E402
 from mwsp_torch._batched_sinkhorn import epsilon_schedule  # noqa: E402
-from mwsp_torch.transport import _distance_table, _shared_bank, sinkhorn_distances  # noqa: E402
+from mwsp_torch.transport import _distance_table, _shared_bank, sinkhorn_diameter, sinkhorn_distances  # noqa: E402
 
 
 def main() -> None:
@@ -46,8 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     support, pairs = support_and_pairs(args)
     bank = _shared_bank(support, support)
-    span = (bank.max(axis=0) - bank.min(axis=0)).toarray()
-    eps_list = epsilon_schedule(max(float(np.linalg.norm(span)), args.blur), args.blur, args.scaling)
+    eps_list = epsilon_schedule(sinkhorn_diameter(bank, args.blur), args.blur, args.scaling)
     blocks = kernels.block_sizes(np.diff(support.graph_ptr))
     shapes, counts = np.unique(np.stack([blocks[pairs[:, 0]], blocks[pairs[:, 1]]], 1), axis=0, return_counts=True)
     common = [tuple(int(v) for v in shapes[s]) for s in np.argsort(-counts)[: args.shapes]]

@@ -740,11 +740,7 @@ def sinkhorn_distances(
     if dtype not in ("float64", "float32") or (dtype == "float32" and backend != "triton"):
         raise ValueError(f"dtype must be 'float64' (or 'float32' with backend='triton'), got {dtype!r}")
     bank = _shared_bank(left, right)
-    # One diameter (bounding box of all rows and the origin, where padding sits) for every
-    # batch: geomloss's epsilon schedule starts there, so a per-batch diameter would make a
-    # pair's value depend on its batch; and geomloss fails on a batch of equal points (0).
-    span = (bank.max(axis=0) - bank.min(axis=0)).toarray() if bank.nnz else np.zeros(1)
-    diameter = max(float(np.linalg.norm(span)), blur)
+    diameter = sinkhorn_diameter(bank, blur)
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     if backend in ("fused", "triton") or (backend == "auto" and _table_bytes(bank) <= max_bytes):
         triton = backend == "triton"
@@ -792,6 +788,15 @@ def sinkhorn_distances(
         if progress is not None:
             progress(hi - lo)
     return out
+
+
+def sinkhorn_diameter(bank: sp.csr_matrix, blur: float) -> float:
+    """Where geomloss's epsilon schedule starts, one value for every batch: the diagonal
+    of the bounding box of all rows and the origin (where padding sits), at least ``blur``.
+    A per-batch diameter would make a pair's value depend on its batch, and geomloss fails
+    on a batch of equal points (diameter 0)."""
+    span = (bank.max(axis=0) - bank.min(axis=0)).toarray() if bank.nnz else np.zeros(1)
+    return max(float(np.linalg.norm(span)), blur)
 
 
 def _table_bytes(bank: sp.csr_matrix) -> int:
