@@ -25,6 +25,7 @@ import numpy as np
 
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import default_labels, load_dataset
+from mwsp_torch.estimator import EXACT_ENGINES
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
 
 
@@ -44,12 +45,15 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         default=None,
         help="node label policy (default: the paper's for the dataset)",
     )
-    parser.add_argument("--device", default="cpu", help="torch device (Sinkhorn, and the batched exact engine)")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device (Sinkhorn, and the batched and thread exact engines)"
+    )
     parser.add_argument(
         "--exact-engine",
-        choices=("compiled", "batched"),
+        choices=EXACT_ENGINES,
         default="compiled",
-        help="exact W from the compiled CPU engine (default) or the torch batched simplex on --device",
+        help="exact W from the compiled CPU engine (default), the torch batched simplex on --device, "
+        "or one pair per CUDA thread on --device (thread)",
     )
     parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
     parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")

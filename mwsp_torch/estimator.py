@@ -30,11 +30,12 @@ from mwsp_torch.transport import (
     collapse,
     exact_distances,
     sinkhorn_distances,
+    thread_exact_distances,
     upper_pairs,
 )
 from mwsp_torch.trees import tree_ids
 
-EXACT_ENGINES = ("compiled", "batched")
+EXACT_ENGINES = ("compiled", "batched", "thread")
 
 
 class MWSP(TransformerMixin, BaseEstimator):
@@ -58,7 +59,11 @@ class MWSP(TransformerMixin, BaseEstimator):
             batched simplex, ``transport.batched_exact_distances``, on ``device``;
             datasets of small graphs; no checkpoints). Same W to 1e-9. On an H100
             the batched engine was 40x slower than the compiled one on that machine's
-            16 CPU threads (``benchmarks/README.md``), hence the default.
+            16 CPU threads (``benchmarks/README.md``), hence the default. ``"thread"``:
+            one pair per CUDA thread (``transport.thread_exact_distances``, numba CUDA) on
+            ``device``, pairs over 63 points after cancelling handed to the compiled
+            engine; on ``device="cpu"`` the same solver compiled for the CPU (slower than
+            ``"compiled"``; how it is tested); no checkpoints.
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
@@ -124,7 +129,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         if self.exact_engine not in EXACT_ENGINES:
             raise ValueError(f"exact_engine must be one of {EXACT_ENGINES}, got {self.exact_engine!r}")
         if self.solver == "exact" and self.checkpoint is not None and self.exact_engine != "compiled":
-            raise ValueError("checkpoint is only kept by the compiled exact engine, not by exact_engine='batched'")
+            raise ValueError(
+                f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
+            )
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
 
@@ -172,6 +179,10 @@ class MWSP(TransformerMixin, BaseEstimator):
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
             if self.solver == "exact" and self.exact_engine == "batched":
                 return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
+            if self.solver == "exact" and self.exact_engine == "thread":
+                return thread_exact_distances(
+                    left, right, pairs, device=self.device, n_jobs=self.n_jobs, progress=bar.update
+                )
             if self.solver == "exact":
                 return exact_distances(
                     left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update

@@ -1122,3 +1122,99 @@ def _padded_problems(
     wall = torch.where(largest > 0, 3.0 * largest, torch.ones_like(largest))
     cost = torch.where(rp ^ rq, wall[:, None, None].expand_as(cost), cost)
     return torch.from_numpy(supply).to(device), torch.from_numpy(demand).to(device), cost
+
+
+def thread_exact_distances(
+    left: SupportSet,
+    right: SupportSet,
+    pairs: np.ndarray,
+    device: str = "cpu",
+    chunk_size: int = 1 << 21,
+    table_bytes: int = 1 << 30,
+    n_jobs: int = 1,
+    threads_per_block: int = 128,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Exact W for each pair, one pair per CUDA thread (:mod:`mwsp_torch._thread_simplex`).
+
+    Each thread cancels its pair's shared mass, gathers its costs from one table of all
+    row-to-row distances (built on the host by the CPU engine's own code, so the costs
+    are bit for bit :func:`exact_distances`' with ``costs="table"``) and runs the
+    transportation simplex on bit masks. Pairs left with more than
+    :data:`mwsp_torch._thread_simplex.MAX_NODES` points go to :func:`exact_distances`
+    on the host (``n_jobs`` threads). On ``device="cpu"`` the same solver runs compiled
+    for the CPU in a ``prange`` loop: that is how it is tested without a GPU, and it is
+    slower than :func:`exact_distances`.
+
+    Args:
+        left, right, pairs, progress: as in :func:`exact_distances`.
+        device (str): ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"`` (default).
+        chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**21``).
+        table_bytes (int): the most bytes the distance table may take (default 1 GiB):
+            this engine is for datasets of small graphs.
+        n_jobs (int): host threads for the CPU kernel and for the pairs handed back.
+        threads_per_block (int): CUDA threads per block (default ``128``).
+
+    Returns:
+        ``[m]`` float64 distances.
+    """
+    from mwsp_torch import _thread_simplex as ts
+
+    bank = _shared_bank(left, right)
+    rows = bank.shape[0]
+    if _table_bytes(bank) > table_bytes:
+        raise ValueError(
+            f"the thread exact engine needs a {rows} x {rows} distance table, "
+            f"over table_bytes={table_bytes}; use exact_distances (CPU) for this dataset"
+        )
+    kind = device.split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")
+    pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+    out = np.zeros(len(pairs), dtype=np.float64)
+    status = np.zeros(len(pairs), dtype=np.int8)
+    if len(pairs) == 0:
+        return out
+    table = _row_distance_table(*_bank_arrays(bank))
+    sets = (*left.arrays(), *right.arrays())
+    if kind == "cuda":
+        from numba import cuda
+
+        if ":" in device:
+            cuda.select_device(int(device.split(":")[1]))
+        kernel = ts.cuda_kernel()
+        on_device = [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
+    else:
+        import numba
+
+        kernel = ts.cpu_kernel()
+        previous = numba.get_num_threads()
+        numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
+    try:
+        for lo in range(0, len(pairs), chunk_size):
+            hi = min(lo + chunk_size, len(pairs))
+            if kind == "cuda":
+                d_pairs = cuda.to_device(pairs[lo:hi])
+                d_out = cuda.device_array(hi - lo, dtype=np.float64)
+                d_status = cuda.device_array(hi - lo, dtype=np.int8)
+                blocks = (hi - lo + threads_per_block - 1) // threads_per_block
+                kernel[blocks, threads_per_block](d_pairs, *on_device, d_out, d_status)
+                d_out.copy_to_host(out[lo:hi])
+                d_status.copy_to_host(status[lo:hi])
+            else:
+                kernel(pairs[lo:hi], *sets, table, out[lo:hi], status[lo:hi])
+            if progress is not None:
+                progress(hi - lo)
+    finally:
+        if kind == "cpu":
+            numba.set_num_threads(previous)
+    if np.any(status == ts.PIVOT_LIMIT):
+        bad = pairs[np.flatnonzero(status == ts.PIVOT_LIMIT)[0]]
+        raise RuntimeError(
+            f"thread_exact_distances: pivot limit reached on pair {tuple(bad)}: "
+            "the basis tree or its potentials are inconsistent"
+        )
+    large = np.flatnonzero(status == ts.TOO_LARGE)
+    if len(large):
+        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table_bytes=table_bytes)
+    return out

@@ -51,6 +51,17 @@ def test_matches_bruteforce_reference(dataset, d, k, paths):
 
 
 @SETTINGS
+@given(st.lists(graphs(), min_size=2, max_size=5), st.integers(0, 3), st.integers(0, 2))
+def test_thread_engine_matches_bruteforce_reference(dataset, d, k):
+    """The one-pair-per-thread solver (its CPU kernel) against the reference, fit and cross distances."""
+    graphs = [as_data(g) for g in dataset]
+    model = MWSP(d=d, k=k, exact_engine="thread").fit(graphs[1:])
+    expected = distance_matrix(dataset, d, k, "split")
+    np.testing.assert_allclose(model.distances_, expected[1:, 1:], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.cross_distances(graphs[:1]), expected[:1, 1:], rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
 @given(
     st.lists(graphs(), min_size=1, max_size=4), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["split", "all"])
 )

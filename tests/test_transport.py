@@ -518,3 +518,100 @@ def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(data_root, cache
         [sys.executable, "-c", _DD_PAIR, str(data_root), str(cache_dir)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _thread_devices():
+    """The thread engine's devices: the CPU kernel always, the CUDA kernel where torch sees a GPU."""
+    return ["cpu"] + (["cuda"] if "cuda" in DEVICES else [])
+
+
+@pytest.mark.parametrize("device", _thread_devices())
+@pytest.mark.parametrize(("d", "k"), [(2, 0), (3, 1)])
+def test_thread_engine_equals_compiled_engine(mutag, d, k, device):
+    """One pair per thread (cancelling, costs from the table, the bit-mask simplex): the
+    compiled engine's W, on MUTAG's first 60 graphs, fit and cross distances."""
+    from mwsp_torch.transport import thread_exact_distances
+
+    graphs = mutag[0][:60]
+    model = MWSP(d=d, k=k).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    got = thread_exact_distances(model.support_, model.support_, pairs, device=device, chunk_size=500)
+    np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-12, atol=1e-15)
+    thread = MWSP(d=d, k=k, exact_engine="thread", device=device).fit(graphs[:40])
+    np.testing.assert_allclose(thread.distances_, model.distances_[:40, :40], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        thread.cross_distances(graphs[40:]), model.cross_distances(graphs[40:])[:, :40], rtol=1e-12, atol=1e-15
+    )
+
+
+def _random_graphs(seed, count, low, high, num_labels):
+    rng = np.random.default_rng(seed)
+    graphs = []
+    for _ in range(count):
+        n = int(rng.integers(low, high + 1))
+        edges = [(u, u + 1) for u in range(n - 1)] + [tuple(rng.choice(n, 2, replace=False)) for _ in range(n // 2)]
+        graphs.append(make_data(n, edges, rng.integers(0, num_labels, n).tolist()))
+    return graphs
+
+
+def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
+    """Pairs left with more than 63 points go to ``exact_distances``, the rest are solved by
+    the thread kernel, and together they give the compiled engine's W."""
+    import mwsp_torch.transport as transport
+    from mwsp_torch._thread_simplex import MAX_NODES
+
+    graphs = _random_graphs(0, 16, 12, 60, 6)
+    model = MWSP(d=3, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    handed = []
+    compiled = transport.exact_distances
+
+    def counting(left, right, chosen, **kwargs):
+        handed.append(np.array(chosen))
+        return compiled(left, right, chosen, **kwargs)
+
+    monkeypatch.setattr(transport, "exact_distances", counting)
+    got = transport.thread_exact_distances(model.support_, model.support_, pairs, chunk_size=7)
+    np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-12, atol=1e-15)
+    assert len(handed) == 1
+    sizes = np.diff(model.support_.graph_ptr)
+    large = sizes[handed[0][:, 0]] + sizes[handed[0][:, 1]]
+    assert 0 < len(handed[0]) < len(pairs) and np.all(large > MAX_NODES)
+
+
+def test_thread_engine_refuses_bad_input():
+    from mwsp_torch.transport import thread_exact_distances
+
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    model = MWSP(d=2, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    with pytest.raises(ValueError, match="use exact_distances"):
+        thread_exact_distances(model.support_, model.support_, pairs, table_bytes=8)
+    with pytest.raises(ValueError, match="expected 'cpu' or 'cuda"):
+        thread_exact_distances(model.support_, model.support_, pairs, device="mps")
+    with pytest.raises(ValueError, match="checkpoint is only kept"):
+        MWSP(exact_engine="thread", checkpoint="somewhere").fit(graphs)
+    assert len(thread_exact_distances(model.support_, model.support_, pairs[:0])) == 0
+
+
+SIMULATED = """
+import numpy as np
+from mwsp_torch import MWSP, load_tudataset
+from mwsp_torch.transport import thread_exact_distances, upper_pairs
+graphs = load_tudataset("MUTAG", root={root!r}, cache_dir={cache!r})[0][:24]
+model = MWSP(d=3, k=1).fit(graphs)
+pairs = upper_pairs(len(graphs))
+got = thread_exact_distances(model.support_, model.support_, pairs, device="cuda", threads_per_block=32)
+print(float(np.max(np.abs(got - model.distances_[pairs[:, 0], pairs[:, 1]]))))
+"""
+
+
+def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
+    """The CUDA kernel itself (its ``cuda.local`` arrays, thread indexing and launch), run
+    by numba's CUDA simulator on the CPU: CI has no GPU, and the CPU kernel shares every
+    function of the solver but not these."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    script = SIMULATED.format(root=str(data_root), cache=str(cache_dir))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.strip().splitlines()[-1]) <= 1e-15
