@@ -46,6 +46,10 @@ MAX_ARCS = (MAX_NODES // 2) * (MAX_NODES - MAX_NODES // 2)
 #: swap in its own module while the kernel runs.
 cuda = None
 
+#: Bit masks are int64 whatever the index's type: ``1 << w`` with an int32 ``w`` is int32
+#: in numpy (the CUDA simulator), which broke masks past bit 31 there.
+ONE = np.int64(1)
+
 #: ``status`` codes the kernels write per pair.
 SOLVED, TOO_LARGE, PIVOT_LIMIT = 0, 1, 2
 
@@ -188,7 +192,7 @@ def _build(jit):
                     parent[w] = v
                     parent_arc[w] = a
                     pot[w] = cost[b_p[a] * n + b_q[a]] - pot[v]
-                    anc[w] = anc[v] | (1 << w)
+                    anc[w] = anc[v] | (ONE << w)
                     stack[top] = w
                     top += 1
                 slot = nxt[slot]
@@ -267,10 +271,10 @@ def _build(jit):
         shift_supply = shift if inner < m else -shift
         k = 0
         stem[0] = inner
-        down[0] = 1 << inner
+        down[0] = ONE << inner
         while stem[k] != leave_node:
             stem[k + 1] = parent[stem[k]]
-            down[k + 1] = down[k] | (1 << stem[k + 1])
+            down[k + 1] = down[k] | (ONE << stem[k + 1])
             k += 1
         stem_mask = down[k]
         carry = parent_arc[stem[0]]
@@ -423,16 +427,17 @@ def cpu_kernel():
             num = pairs.shape[0]
             chunk = 256
             for c in prange((num + chunk - 1) // chunk):
-                ints = np.empty((19, MAX_NODES + 1), dtype=np.int64)
-                wide = np.empty((4, 2 * MAX_NODES), dtype=np.int64)
+                small = np.empty((10, MAX_NODES + 1), dtype=np.int32)  # indices
+                wide = np.empty((3, 2 * MAX_NODES), dtype=np.int32)
+                big = np.empty((8, MAX_NODES + 1), dtype=np.int64)  # masses, flows, masks
                 floats = np.empty((3, MAX_NODES + 1), dtype=np.float64)
                 cost = np.empty(MAX_ARCS, dtype=np.float64)
                 for t in range(c * chunk, min((c + 1) * chunk, num)):
                     solve_pair(
                         t, pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status,
-                        ints[0], ints[1], cost, ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8],
-                        ints[9], ints[10], ints[11], ints[12], floats[0], ints[13], wide[0], ints[14], wide[1],
-                        wide[2], ints[15], ints[16], floats[1], floats[2], ints[17],
+                        small[0], small[1], cost, big[0], big[1], big[2], big[3], small[2], small[3], big[4], big[5],
+                        small[4], small[5], big[6], floats[0], small[6], wide[0], small[7], wide[1], wide[2], small[8],
+                        big[7], floats[1], floats[2], small[9],
                     )  # fmt: skip
 
         _KERNELS["cpu"] = kernel
@@ -444,7 +449,7 @@ def cuda_kernel():
     global cuda
     if "cuda" not in _KERNELS:
         import numba.cuda
-        from numba import float64, int64
+        from numba import float64, int32, int64
 
         cuda = numba.cuda
 
@@ -458,16 +463,15 @@ def cuda_kernel():
             if t < pairs.shape[0]:
                 solve_pair(
                     t, pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status,
-                    cuda.local.array(nodes, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(MAX_ARCS, float64), cuda.local.array(nodes, int64),
+                    cuda.local.array(nodes, int32), cuda.local.array(nodes, int32), cuda.local.array(MAX_ARCS, float64),
                     cuda.local.array(nodes, int64), cuda.local.array(nodes, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(nodes, int64), cuda.local.array(nodes, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(nodes, int64), cuda.local.array(nodes, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(nodes, int64), cuda.local.array(nodes, float64),
-                    cuda.local.array(nodes, int64), cuda.local.array(wide, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(wide, int64), cuda.local.array(wide, int64), cuda.local.array(nodes, int64),
-                    cuda.local.array(nodes, int64), cuda.local.array(nodes, float64),
-                    cuda.local.array(nodes, float64), cuda.local.array(nodes, int64),
+                    cuda.local.array(nodes, int64), cuda.local.array(nodes, int32), cuda.local.array(nodes, int32),
+                    cuda.local.array(nodes, int64), cuda.local.array(nodes, int64), cuda.local.array(nodes, int32),
+                    cuda.local.array(nodes, int32), cuda.local.array(nodes, int64), cuda.local.array(nodes, float64),
+                    cuda.local.array(nodes, int32), cuda.local.array(wide, int32), cuda.local.array(nodes, int32),
+                    cuda.local.array(wide, int32), cuda.local.array(wide, int32), cuda.local.array(nodes, int32),
+                    cuda.local.array(nodes, int64), cuda.local.array(nodes, float64), cuda.local.array(nodes, float64),
+                    cuda.local.array(nodes, int32),
                 )  # fmt: skip
 
         _KERNELS["cuda"] = kernel

@@ -1140,11 +1140,12 @@ def thread_exact_distances(
     Each thread cancels its pair's shared mass, gathers its costs from one table of all
     row-to-row distances (built on the host by the CPU engine's own code, so the costs
     are bit for bit :func:`exact_distances`' with ``costs="table"``) and runs the
-    transportation simplex on bit masks. Pairs left with more than
-    :data:`mwsp_torch._thread_simplex.MAX_NODES` points go to :func:`exact_distances`
-    on the host (``n_jobs`` threads). On ``device="cpu"`` the same solver runs compiled
-    for the CPU in a ``prange`` loop: that is how it is tested without a GPU, and it is
-    slower than :func:`exact_distances`.
+    transportation simplex on bit masks. Pairs whose two supports hold more than
+    :data:`mwsp_torch._thread_simplex.MAX_NODES` points together go to
+    :func:`exact_distances` on the host (``n_jobs`` threads), while the GPU works: its
+    kernels are launched first, and their results fetched after. On ``device="cpu"`` the
+    same solver runs compiled for the CPU in a ``prange`` loop, chunk after chunk: that is
+    how it is tested without a GPU, and it is slower than :func:`exact_distances`.
 
     Args:
         left, right, pairs, progress: as in :func:`exact_distances`.
@@ -1152,7 +1153,7 @@ def thread_exact_distances(
         chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**21``).
         table_bytes (int): the most bytes the distance table may take (default 1 GiB):
             this engine is for datasets of small graphs.
-        n_jobs (int): host threads for the CPU kernel and for the pairs handed back.
+        n_jobs (int): host threads for the CPU kernel and for the large pairs.
         threads_per_block (int): CUDA threads per block (default ``128``).
 
     Returns:
@@ -1172,49 +1173,73 @@ def thread_exact_distances(
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
     out = np.zeros(len(pairs), dtype=np.float64)
-    status = np.zeros(len(pairs), dtype=np.int8)
-    if len(pairs) == 0:
-        return out
-    table = _row_distance_table(*_bank_arrays(bank))
-    sets = (*left.arrays(), *right.arrays())
-    if kind == "cuda":
-        from numba import cuda
-
-        if ":" in device:
-            cuda.select_device(int(device.split(":")[1]))
-        kernel = ts.cuda_kernel()
-        on_device = [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
-    else:
-        import numba
-
-        kernel = ts.cpu_kernel()
-        previous = numba.get_num_threads()
-        numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
-    try:
-        for lo in range(0, len(pairs), chunk_size):
-            hi = min(lo + chunk_size, len(pairs))
-            if kind == "cuda":
-                d_pairs = cuda.to_device(pairs[lo:hi])
-                d_out = cuda.device_array(hi - lo, dtype=np.float64)
-                d_status = cuda.device_array(hi - lo, dtype=np.int8)
-                blocks = (hi - lo + threads_per_block - 1) // threads_per_block
-                kernel[blocks, threads_per_block](d_pairs, *on_device, d_out, d_status)
-                d_out.copy_to_host(out[lo:hi])
-                d_status.copy_to_host(status[lo:hi])
-            else:
-                kernel(pairs[lo:hi], *sets, table, out[lo:hi], status[lo:hi])
-            if progress is not None:
-                progress(hi - lo)
-    finally:
-        if kind == "cpu":
-            numba.set_num_threads(previous)
+    # Cancelling only removes points, so pairs of at most MAX_NODES points before it fit.
+    points = np.diff(left.graph_ptr)[pairs[:, 0]] + np.diff(right.graph_ptr)[pairs[:, 1]]
+    small = np.flatnonzero(points <= ts.MAX_NODES)
+    large = np.flatnonzero(points > ts.MAX_NODES)
+    status = np.zeros(len(small), dtype=np.int8)
+    values = np.zeros(len(small), dtype=np.float64)
+    launched = []
+    if len(small):
+        table = _row_distance_table(*_bank_arrays(bank))
+        sets = (*left.arrays(), *right.arrays())
+        chosen = np.ascontiguousarray(pairs[small])
+        if kind == "cuda":
+            launched = _launch_thread_kernels(ts, device, chosen, sets, table, chunk_size, threads_per_block)
+        else:
+            _run_thread_kernels_on_cpu(ts, chosen, sets, table, chunk_size, n_jobs, values, status, progress)
+    if len(large):
+        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table_bytes=table_bytes)
+        if progress is not None:
+            progress(len(large))
+    for lo, hi, d_values, d_status in launched:
+        d_values.copy_to_host(values[lo:hi])
+        d_status.copy_to_host(status[lo:hi])
+        if progress is not None:
+            progress(hi - lo)
+    out[small] = values
     if np.any(status == ts.PIVOT_LIMIT):
-        bad = pairs[np.flatnonzero(status == ts.PIVOT_LIMIT)[0]]
+        bad = pairs[small[np.flatnonzero(status == ts.PIVOT_LIMIT)[0]]]
         raise RuntimeError(
             f"thread_exact_distances: pivot limit reached on pair {tuple(bad)}: "
             "the basis tree or its potentials are inconsistent"
         )
-    large = np.flatnonzero(status == ts.TOO_LARGE)
-    if len(large):
-        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table_bytes=table_bytes)
+    if np.any(status == ts.TOO_LARGE):  # cannot happen (see above); a guard, not a path
+        raise RuntimeError("thread_exact_distances: a pair grew past MAX_NODES points")
     return out
+
+
+def _run_thread_kernels_on_cpu(ts, pairs, sets, table, chunk_size, n_jobs, values, status, progress):
+    import numba
+
+    kernel = ts.cpu_kernel()
+    previous = numba.get_num_threads()
+    numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
+    try:
+        for lo in range(0, len(pairs), chunk_size):
+            hi = min(lo + chunk_size, len(pairs))
+            kernel(pairs[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
+            if progress is not None:
+                progress(hi - lo)
+    finally:
+        numba.set_num_threads(previous)
+
+
+def _launch_thread_kernels(ts, device, pairs, sets, table, chunk_size, threads_per_block):
+    """Launch the CUDA kernel on every chunk of ``pairs`` (asynchronous: the host goes on);
+    returns ``(lo, hi, values, status)`` device arrays per chunk, to fetch."""
+    from numba import cuda
+
+    if ":" in device:
+        cuda.select_device(int(device.split(":")[1]))
+    kernel = ts.cuda_kernel()
+    on_device = [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
+    launched = []
+    for lo in range(0, len(pairs), chunk_size):
+        hi = min(lo + chunk_size, len(pairs))
+        d_values = cuda.device_array(hi - lo, dtype=np.float64)
+        d_status = cuda.device_array(hi - lo, dtype=np.int8)
+        blocks = (hi - lo + threads_per_block - 1) // threads_per_block
+        kernel[blocks, threads_per_block](cuda.to_device(pairs[lo:hi]), *on_device, d_values, d_status)
+        launched.append((lo, hi, d_values, d_status))
+    return launched

@@ -577,6 +577,18 @@ def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     sizes = np.diff(model.support_.graph_ptr)
     large = sizes[handed[0][:, 0]] + sizes[handed[0][:, 1]]
     assert 0 < len(handed[0]) < len(pairs) and np.all(large > MAX_NODES)
+    # Called on every pair, the kernel itself refuses (flags) what would overflow its arrays.
+    from mwsp_torch._thread_simplex import SOLVED, TOO_LARGE, cpu_kernel
+    from mwsp_torch.transport import _row_distance_table
+
+    values = np.zeros(len(pairs))
+    status = np.zeros(len(pairs), dtype=np.int8)
+    table = _row_distance_table(*_bank_arrays(model.support_.rows))
+    cpu_kernel()(pairs, *model.support_.arrays(), *model.support_.arrays(), table, values, status)
+    assert np.any(status == TOO_LARGE) and np.all((status == TOO_LARGE) <= (sizes[pairs].sum(1) > MAX_NODES))
+    solved = status == SOLVED
+    np.testing.assert_allclose(values[solved], got[solved], rtol=1e-12, atol=1e-15)
+    assert np.all(np.isin(status, [SOLVED, TOO_LARGE]))
 
 
 def test_thread_engine_refuses_bad_input():
