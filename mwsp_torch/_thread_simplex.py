@@ -21,6 +21,12 @@ against ``np.empty``). The CPU kernel is how CI tests the GPU's code (no GPU the
 is slower than the tuned engine (no vector row minima, an allocation per chunk) and is
 not meant for production. Nothing touches CUDA at import.
 
+These functions repeat the bit-mask path of :mod:`mwsp_torch._simplex` (and
+``transport._cancel``) instead of sharing it: the CPU engine's versions take their row
+minima through LLVM vector intrinsics (:mod:`mwsp_torch._simd`), fastmath and inlining
+flags, none of which compile for CUDA, and its cost is measured per nanosecond. Tests
+hold the two to the same W (``tests/test_transport.py``).
+
 Limits: problems of more than ``MAX_NODES`` (63) points after cancelling, the bit masks'
 limit, are not solved here: the kernels flag them, and
 :func:`mwsp_torch.transport.thread_exact_distances` hands them to the CPU engine.

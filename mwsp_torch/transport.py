@@ -799,6 +799,18 @@ def sinkhorn_diameter(bank: sp.csr_matrix, blur: float) -> float:
     return max(float(np.linalg.norm(span)), blur)
 
 
+def _table_bank(left: SupportSet, right: SupportSet, table_bytes: int, engine: str) -> sp.csr_matrix:
+    """The shared row bank, if its distance table fits ``table_bytes`` (else a ValueError)."""
+    bank = _shared_bank(left, right)
+    rows = bank.shape[0]
+    if _table_bytes(bank) > table_bytes:
+        raise ValueError(
+            f"the {engine} exact engine needs a {rows} x {rows} distance table, "
+            f"over table_bytes={table_bytes}; use exact_distances (CPU) for this dataset"
+        )
+    return bank
+
+
 def _table_bytes(bank: sp.csr_matrix) -> int:
     """Bytes of the row-to-row distance table (float64)."""
     return bank.shape[0] ** 2 * 8
@@ -1061,13 +1073,7 @@ def batched_exact_distances(
     """
     from mwsp_torch._batched_simplex import batched_transport_cost
 
-    bank = _shared_bank(left, right)
-    rows = bank.shape[0]
-    if _table_bytes(bank) > table_bytes:
-        raise ValueError(
-            f"the batched exact engine needs a {rows} x {rows} distance table, "
-            f"over table_bytes={table_bytes}; use exact_distances (CPU) for this dataset"
-        )
+    bank = _table_bank(left, right, table_bytes, "batched")
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
     pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale = _cancel_pairs(
         pairs, *left.arrays(), *right.arrays()
@@ -1161,13 +1167,7 @@ def thread_exact_distances(
     """
     from mwsp_torch import _thread_simplex as ts
 
-    bank = _shared_bank(left, right)
-    rows = bank.shape[0]
-    if _table_bytes(bank) > table_bytes:
-        raise ValueError(
-            f"the thread exact engine needs a {rows} x {rows} distance table, "
-            f"over table_bytes={table_bytes}; use exact_distances (CPU) for this dataset"
-        )
+    bank = _table_bank(left, right, table_bytes, "thread")
     kind = device.split(":")[0]
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")
