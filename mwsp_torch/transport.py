@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -522,6 +523,7 @@ def exact_distances(
     checkpoint: str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
     costs: str = "auto",
+    table: np.ndarray | None = None,
 ) -> np.ndarray:
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
@@ -547,18 +549,26 @@ def exact_distances(
             table is built, so bit for bit the table's); ``"auto"`` (default): the table
             if it fits ``table_bytes``, else lists or scattered by :func:`_column_method`
             up to ``BUFFER_MAX_COLUMNS`` columns, else merged.
+        table (np.ndarray, optional): the bank's row-to-row table, as
+            :func:`_row_distance_table` builds it, if the caller already holds one (the
+            thread engine does): with ``costs="auto"`` or ``"table"`` it is used instead
+            of building another.
 
     Returns:
         ``[m]`` float64 distances.
     """
-    import numba
-
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
     num_columns = int(indices.max()) + 1 if len(indices) else 0
     if costs not in COST_METHODS:
         raise ValueError(f"costs={costs!r}: expected one of {COST_METHODS}")
+    if table is not None:
+        if costs not in ("auto", "table"):
+            raise ValueError(f"a table was given, but costs={costs!r}: expected 'auto' or 'table'")
+        if table.shape != (num_rows, num_rows):
+            raise ValueError(f"the table is {table.shape}, the bank has {num_rows} rows")
+        costs = "table"
     if costs == "auto":
         if 0 < num_rows * num_rows * 8 <= table_bytes:
             costs = "table"
@@ -572,10 +582,9 @@ def exact_distances(
     squares = _row_squares(indptr, data) if costs in ("lists", "scattered") else np.empty(0, dtype=np.float64)
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
-    previous = numba.get_num_threads()
-    numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
-    try:
-        table = np.empty((0, 0), dtype=np.float64)
+    with _numba_threads(n_jobs):
+        if table is None:
+            table = np.empty((0, 0), dtype=np.float64)
         for index, lo in enumerate(range(0, len(pairs), tile_size)):
             hi = min(lo + tile_size, len(pairs))
             if store is not None and store.load(index, out[lo:hi]):
@@ -592,8 +601,6 @@ def exact_distances(
                 store.save(index, out[lo:hi])
             if progress is not None:
                 progress(hi - lo)
-    finally:
-        numba.set_num_threads(previous)
     return out
 
 
@@ -669,6 +676,19 @@ def _shared_bank(left: SupportSet, right: SupportSet) -> sp.csr_matrix:
 def _bank_arrays(bank: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR arrays of a row bank in the dtypes the compiled kernels take."""
     return bank.indptr.astype(np.int64), bank.indices.astype(np.int64), bank.data.astype(np.float64)
+
+
+@contextmanager
+def _numba_threads(n_jobs: int):
+    """numba's thread count set to ``n_jobs`` (at most ``NUMBA_NUM_THREADS``) inside the block, restored after."""
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 def resolve_n_jobs(n_jobs: int) -> int:
@@ -1180,16 +1200,16 @@ def thread_exact_distances(
     status = np.zeros(len(small), dtype=np.int8)
     values = np.zeros(len(small), dtype=np.float64)
     launched = []
+    table = _row_distance_table(*_bank_arrays(bank)) if len(pairs) else None  # one, for both engines
     if len(small):
-        table = _row_distance_table(*_bank_arrays(bank))
         sets = (*left.arrays(), *right.arrays())
         chosen = np.ascontiguousarray(pairs[small])
         if kind == "cuda":
-            launched = _launch_thread_kernels(ts, device, chosen, sets, table, chunk_size, threads_per_block)
+            launched = _launch_thread_kernels(device, chosen, sets, table, chunk_size, threads_per_block)
         else:
-            _run_thread_kernels_on_cpu(ts, chosen, sets, table, chunk_size, n_jobs, values, status, progress)
+            _run_thread_kernels_on_cpu(chosen, sets, table, chunk_size, n_jobs, values, status, progress)
     if len(large):
-        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table_bytes=table_bytes)
+        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table=table)
         if progress is not None:
             progress(len(large))
     for lo, hi, d_values, d_status in launched:
@@ -1209,30 +1229,28 @@ def thread_exact_distances(
     return out
 
 
-def _run_thread_kernels_on_cpu(ts, pairs, sets, table, chunk_size, n_jobs, values, status, progress):
-    import numba
+def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, status, progress):
+    from mwsp_torch._thread_simplex import cpu_kernel
 
-    kernel = ts.cpu_kernel()
-    previous = numba.get_num_threads()
-    numba.set_num_threads(min(resolve_n_jobs(n_jobs), numba.config.NUMBA_NUM_THREADS))
-    try:
+    kernel = cpu_kernel()
+    with _numba_threads(n_jobs):
         for lo in range(0, len(pairs), chunk_size):
             hi = min(lo + chunk_size, len(pairs))
             kernel(pairs[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
             if progress is not None:
                 progress(hi - lo)
-    finally:
-        numba.set_num_threads(previous)
 
 
-def _launch_thread_kernels(ts, device, pairs, sets, table, chunk_size, threads_per_block):
+def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
     """Launch the CUDA kernel on every chunk of ``pairs`` (asynchronous: the host goes on);
     returns ``(lo, hi, values, status)`` device arrays per chunk, to fetch."""
     from numba import cuda
 
+    from mwsp_torch._thread_simplex import cuda_kernel
+
     if ":" in device:
         cuda.select_device(int(device.split(":")[1]))
-    kernel = ts.cuda_kernel()
+    kernel = cuda_kernel()
     on_device = [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
     launched = []
     for lo in range(0, len(pairs), chunk_size):

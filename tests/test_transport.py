@@ -604,6 +604,11 @@ def test_thread_engine_refuses_bad_input():
     with pytest.raises(ValueError, match="checkpoint is only kept"):
         MWSP(exact_engine="thread", checkpoint="somewhere").fit(graphs)
     assert len(thread_exact_distances(model.support_, model.support_, pairs[:0])) == 0
+    rows = model.support_.rows.shape[0]
+    with pytest.raises(ValueError, match="a table was given, but costs='merged'"):
+        exact_distances(model.support_, model.support_, pairs, costs="merged", table=np.zeros((rows, rows)))
+    with pytest.raises(ValueError, match=f"the bank has {rows} rows"):
+        exact_distances(model.support_, model.support_, pairs, table=np.zeros((rows + 1, rows + 1)))
 
 
 SIMULATED = """
