@@ -56,6 +56,9 @@ cuda = None
 #: in numpy (the CUDA simulator), which broke masks past bit 31 there.
 ONE = np.int64(1)
 
+#: Pairs per chunk of the CPU kernel's ``prange`` loop (each chunk allocates its work arrays once).
+CPU_CHUNK = 256
+
 #: ``status`` codes the kernels write per pair.
 SOLVED, TOO_LARGE, PIVOT_LIMIT = 0, 1, 2
 
@@ -66,6 +69,14 @@ def _build(jit):
     @jit
     def larger(a, b):  # the builtin max does not compile for CUDA in numba 0.68
         return a if a > b else b
+
+    @jit
+    def max_abs(values, n):
+        """``max(abs(values[:n]))``, 0 for ``n == 0``: the pricing threshold's potential bound."""
+        top = 0.0
+        for i in range(n):
+            top = larger(top, abs(values[i]))
+        return top
 
     @jit
     def lex_less(a_units, a_eps, b_units, b_eps):
@@ -318,13 +329,8 @@ def _build(jit):
         row_minimum_start(cost, m, n, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, offset, lows, rows)
         first_tree(m, n, cost, b_p, b_q, head, nxt, parent, parent_arc, pot, anc, stack)
         rows_per_block = larger(1, larger(int(math.sqrt(m * n)), MIN_BLOCK_ARCS) // n)
-        scale = 0.0
-        for a in range(m * n):
-            scale = larger(scale, abs(cost[a]))
-        tol = 1e-14 * larger(scale, 1e-300)
-        pot_bound = 0.0
-        for v in range(num_nodes):
-            pot_bound = larger(pot_bound, abs(pot[v]))
+        tol = 1e-14 * larger(max_abs(cost, m * n), 1e-300)
+        pot_bound = max_abs(pot, num_nodes)
         since_bound = 0
         top = 2 * num_basic - 1
         p = 0
@@ -356,9 +362,7 @@ def _build(jit):
                 return -1.0
             since_bound += 1
             if since_bound == num_nodes:
-                pot_bound = 0.0
-                for v in range(num_nodes):
-                    pot_bound = larger(pot_bound, abs(pot[v]))
+                pot_bound = max_abs(pot, num_nodes)
                 since_bound = 0
             pot_bound += abs(cost[enter_p * n + enter_q] - pot[enter_p] - pot[m + enter_q])
             # The cycle by ancestor masks: the demand end climbs to an ancestor of the supply end.
@@ -431,7 +435,7 @@ def cpu_kernel():
         @njit(parallel=True)
         def kernel(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status):
             num = pairs.shape[0]
-            chunk = 256
+            chunk = CPU_CHUNK
             for c in prange((num + chunk - 1) // chunk):
                 small = np.empty((10, MAX_NODES + 1), dtype=np.int32)  # indices
                 wide = np.empty((3, 2 * MAX_NODES), dtype=np.int32)
