@@ -520,12 +520,7 @@ def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(data_root, cache
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def _thread_devices():
-    """The thread engine's devices: the CPU kernel always, the CUDA kernel where torch sees a GPU."""
-    return ["cpu"] + (["cuda"] if "cuda" in DEVICES else [])
-
-
-@pytest.mark.parametrize("device", _thread_devices())
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(("d", "k"), [(2, 0), (3, 1)])
 def test_thread_engine_equals_compiled_engine(mutag, d, k, device):
     """One pair per thread (cancelling, costs from the table, the bit-mask simplex): the
