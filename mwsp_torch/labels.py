@@ -105,37 +105,58 @@ def _num_nodes(data, index: int) -> int:
     return n
 
 
-def edge_arrays(data, index: int, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetrised, deduplicated, loop-free edges of one graph as CSR arrays.
-
-    Returns:
-        ``(indptr [n + 1], indices)`` with local node indices.
-    """
+def _edge_index(data, index: int) -> np.ndarray:
+    """``[2, num_edges]`` int64 ``edge_index`` of one graph, its shape and type checked
+    (its node range is checked for all graphs at once, by :func:`_adjacency`)."""
     edge_index = getattr(data, "edge_index", None)
     if edge_index is None:
-        src = dst = np.empty(0, dtype=np.int64)
-    else:
-        ei = _as_numpy(edge_index, "edge_index", index)
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(f"graph {index}: edge_index must have shape [2, num_edges], got {list(ei.shape)}")
-        if not np.issubdtype(ei.dtype, np.integer):
-            raise ValueError(f"graph {index}: edge_index must be integer, got {ei.dtype}")
-        if ei.size and (ei.min() < 0 or ei.max() >= num_nodes):
-            bad = int(ei.min()) if ei.min() < 0 else int(ei.max())
-            raise ValueError(
-                f"graph {index}: edge_index contains node {bad}, outside 0..{num_nodes - 1} (num_nodes={num_nodes})"
-            )
-        src = ei[0].astype(np.int64)
-        dst = ei[1].astype(np.int64)
+        return np.empty((2, 0), dtype=np.int64)
+    ei = _as_numpy(edge_index, "edge_index", index)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"graph {index}: edge_index must have shape [2, num_edges], got {list(ei.shape)}")
+    if not np.issubdtype(ei.dtype, np.integer):
+        raise ValueError(f"graph {index}: edge_index must be integer, got {ei.dtype}")
+    return ei.astype(np.int64, copy=False)
+
+
+def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetrised, deduplicated, loop-free adjacency of all graphs, as global CSR arrays.
+
+    One pass over every graph's edges, not one per graph: per-graph numpy calls cost
+    more than the work on graphs of 30 nodes (NCI1: 4,110 of them).
+
+    Args:
+        edges: each graph's ``[2, num_edges]`` int64 edges, local node indices.
+        ptr: ``[num_graphs + 1]`` node offsets.
+
+    Returns:
+        ``(indptr [num_nodes + 1], indices)``, indices global and sorted within each row.
+
+    Raises:
+        ValueError: naming the first graph with an edge outside its nodes.
+    """
+    num_edges = np.fromiter((e.shape[1] for e in edges), dtype=np.int64, count=len(edges))
+    graph = np.repeat(np.arange(len(edges)), num_edges)
+    src, dst = np.concatenate(edges, axis=1)
+    size = np.diff(ptr)[graph]
+    outside = (src < 0) | (src >= size) | (dst < 0) | (dst >= size)
+    if outside.any():
+        g = int(graph[np.argmax(outside)])
+        local = edges[g]
+        bad = int(local.min()) if local.min() < 0 else int(local.max())
+        n = int(ptr[g + 1] - ptr[g])
+        raise ValueError(f"graph {g}: edge_index contains node {bad}, outside 0..{n - 1} (num_nodes={n})")
     keep = src != dst
-    src, dst = src[keep], dst[keep]
-    both_src = np.concatenate([src, dst])
-    both_dst = np.concatenate([dst, src])
-    keys = np.unique(both_src * num_nodes + both_dst)
-    rows, cols = keys // num_nodes, keys % num_nodes
+    src = src[keep] + ptr[graph[keep]]
+    dst = dst[keep] + ptr[graph[keep]]
+    num_nodes = int(ptr[-1])  # keys below fit int64 up to 3e9 nodes
+    keys = np.sort(np.concatenate([src * num_nodes + dst, dst * num_nodes + src]))
+    first = np.ones(len(keys), dtype=bool)  # np.unique's hash path is 8x slower on these keys
+    first[1:] = keys[1:] != keys[:-1]
+    keys = keys[first]
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
-    return indptr, cols
+    np.cumsum(np.bincount(keys // num_nodes, minlength=num_nodes), out=indptr[1:])
+    return indptr, keys % num_nodes
 
 
 @dataclass
@@ -225,31 +246,26 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
         raise ValueError("no graphs given")
     if scheme is None:
         scheme = LabelScheme()
-    sizes, indptrs, indices, label_rows, sources = [], [], [], [], []
+    sizes = np.empty(len(graphs), dtype=np.int64)
+    edges, label_rows, sources = [], [], []
     for i, data in enumerate(graphs):
-        n = _num_nodes(data, i)
-        indptr, cols = edge_arrays(data, i, n)
+        n = sizes[i] = _num_nodes(data, i)
+        edges.append(_edge_index(data, i))
         if labels == "auto":
             found = _label_matrix(data, i, n)
             if found is None:
                 raise ValueError(f"graph {i}: has neither node_label nor x; choose labels='degree' or labels='uniform'")
             lab, source = found
-        elif labels == "degree":
-            lab, source = np.diff(indptr)[:, None], labels
-        else:
-            lab, source = np.zeros((n, 1), dtype=np.int64), labels
-        sizes.append(n)
-        indptrs.append(indptr)
-        indices.append(cols)
-        label_rows.append(lab)
-        sources.append(source)
-    _apply_scheme(label_rows, sources, scheme)
+            label_rows.append(lab)
+            sources.append(source)
     ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
-    degree = np.concatenate([np.diff(p) for p in indptrs])
-    indptr = np.zeros(ptr[-1] + 1, dtype=np.int64)
-    np.cumsum(degree, out=indptr[1:])
-    flat_indices = np.concatenate([cols + ptr[g] for g, cols in enumerate(indices)])
+    indptr, flat_indices = _adjacency(edges, ptr)
+    if labels != "auto":
+        per_node = np.diff(indptr) if labels == "degree" else np.zeros(ptr[-1], dtype=np.int64)
+        label_rows = np.split(per_node[:, None], ptr[1:-1])
+        sources = [labels] * len(graphs)
+    _apply_scheme(label_rows, sources, scheme)
     label_mat = np.concatenate(label_rows)
     if label_mat.shape[1] == 1:
         node_labels = label_mat[:, 0].copy()

@@ -163,3 +163,32 @@ def test_features_do_not_depend_on_chunks(dataset, chunk_nodes, d, k, paths):
     np.testing.assert_array_equal(features.data, whole_features.data)
     assert whole_done == [len(dataset), len(dataset)]
     assert sum(done) == 2 * len(dataset) and min(done) >= 1
+
+
+@st.composite
+def raw_edge_graphs(draw, max_nodes=7):
+    """A graph as PyG may hold it: edges in either direction, repeated, and self-loops."""
+    n = draw(st.integers(1, max_nodes))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
+    return n, edges
+
+
+@SETTINGS
+@given(st.lists(raw_edge_graphs(), min_size=1, max_size=6), st.sampled_from(["uniform", "degree"]))
+def test_adjacency_is_each_graph_symmetrised_without_loops_or_repeats(dataset, labels):
+    """The batch's one-pass CSR equals each graph's own neighbour sets, offset by the nodes before it."""
+    graph_set = to_graph_set([make_data(n, edges, [0] * n) for n, edges in dataset], labels=labels)
+    offset = 0
+    for n, edges in dataset:
+        neighbours = [set() for _ in range(n)]
+        for u, v in edges:
+            if u != v:
+                neighbours[u].add(v)
+                neighbours[v].add(u)
+        for u in range(n):
+            row = graph_set.indices[graph_set.indptr[offset + u] : graph_set.indptr[offset + u + 1]]
+            assert row.tolist() == sorted(offset + v for v in neighbours[u])
+            expected_label = len(neighbours[u]) if labels == "degree" else 0
+            assert graph_set.labels[offset + u] == expected_label
+        offset += n
+    assert offset == graph_set.num_nodes == graph_set.indptr.shape[0] - 1
