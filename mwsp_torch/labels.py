@@ -147,8 +147,9 @@ def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np
         n = int(ptr[g + 1] - ptr[g])
         raise ValueError(f"graph {g}: edge_index contains node {bad}, outside 0..{n - 1} (num_nodes={n})")
     keep = src != dst
-    src = src[keep] + ptr[graph[keep]]
-    dst = dst[keep] + ptr[graph[keep]]
+    first_node = ptr[graph[keep]]
+    src = src[keep] + first_node
+    dst = dst[keep] + first_node
     num_nodes = int(ptr[-1])  # keys below fit int64 up to 3e9 nodes
     keys = np.sort(np.concatenate([src * num_nodes + dst, dst * num_nodes + src]))
     first = np.ones(len(keys), dtype=bool)  # np.unique's hash path is 8x slower on these keys
