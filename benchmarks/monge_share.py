@@ -25,10 +25,10 @@ import os
 os.environ.setdefault("KEOPS_VERBOSE", "0")
 
 import numpy as np  # noqa: E402
-from solver_settings import support_and_pairs  # noqa: E402
+from solver_settings import posed_problems, support_and_pairs  # noqa: E402
 
 from mwsp_torch._simplex import transport_cost  # noqa: E402
-from mwsp_torch.transport import _bank_arrays, _cancel_pairs, _row_squares, _shared_bank, cost_matrix  # noqa: E402
+from mwsp_torch.transport import _bank_arrays, _row_squares, _shared_bank, cost_matrix  # noqa: E402
 
 
 def north_west_cost(supply: np.ndarray, demand: np.ndarray, cost: np.ndarray) -> float:
@@ -57,26 +57,21 @@ def count(name: str, d: int, k: int, pairs: int, seed: int) -> dict:
     support, candidates = support_and_pairs(name, d, k, pairs, seed)
     indptr, indices, data = _bank_arrays(_shared_bank(support, support))
     squares = _row_squares(indptr, data)
-    pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, _ = _cancel_pairs(
-        candidates, *support.arrays(), *support.arrays()
-    )
-    posed = np.flatnonzero((pos_len >= 2) & (neg_len >= 2))[:pairs]
     monge = north_west_optimal = 0
-    small_sides = np.empty(len(posed), dtype=np.int64)
-    for i, t in enumerate(posed):
-        rows = slice(pos_ptr[t], pos_ptr[t] + pos_len[t])
-        cols = slice(neg_ptr[t], neg_ptr[t] + neg_len[t])
-        row_order = np.argsort(squares[pos_ids[rows]], kind="stable")
-        col_order = np.argsort(squares[neg_ids[cols]], kind="stable")
-        cost = cost_matrix(indptr, indices, data, pos_ids[rows][row_order], neg_ids[cols][col_order])
-        supply, demand = pos_mass[rows][row_order], neg_mass[cols][col_order]
+    small_sides = []
+    for pos, supply, neg, demand in posed_problems(support, candidates, limit=pairs):
+        row_order = np.argsort(squares[pos], kind="stable")
+        col_order = np.argsort(squares[neg], kind="stable")
+        cost = cost_matrix(indptr, indices, data, pos[row_order], neg[col_order])
+        supply, demand = supply[row_order], demand[col_order]
         optimum = transport_cost(supply, demand, cost)
         monge += is_monge(cost)
         north_west_optimal += abs(north_west_cost(supply, demand, cost) - optimum) <= 1e-12 * max(optimum, 1.0)
-        small_sides[i] = min(len(supply), len(demand))
+        small_sides.append(min(len(supply), len(demand)))
+    small_sides = np.asarray(small_sides)
     return {
         "problems": f"{name}:{d}:{k}",
-        "count": len(posed),
+        "count": len(small_sides),
         "monge": monge,
         "north_west_optimal": north_west_optimal,
         "side_at_most_2": int(np.sum(small_sides <= 2)),

@@ -66,20 +66,27 @@ def support_and_pairs(name: str, d: int, k: int, pairs: int, seed: int, stride: 
     return support, candidates[candidates[:, 0] != candidates[:, 1]]
 
 
-def pair_problems(support, pairs: np.ndarray, limit: int | None = None):
-    """``(supplies, demands, costs)`` that the engine poses for ``pairs`` of graphs of ``support``
-    (the first ``limit`` of them), leaving out pairs with fewer than two points on a side
-    (forced plans: no solve)."""
-    indptr, indices, data = _bank_arrays(_shared_bank(support, support))
+def posed_problems(support, pairs: np.ndarray, limit: int | None = None):
+    """``(pos_ids, supply, neg_ids, demand)`` of each problem the engine poses for ``pairs``
+    of graphs of ``support`` (row IDs and integer masses after cancelling; the first
+    ``limit`` of them), leaving out pairs with fewer than two points on a side (forced
+    plans: no solve)."""
     pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, _ = _cancel_pairs(
         pairs, *support.arrays(), *support.arrays()
     )
-    supplies, demands, costs = typed.List(), typed.List(), typed.List()
     for t in np.flatnonzero((pos_len >= 2) & (neg_len >= 2))[:limit]:
-        pos = pos_ids[pos_ptr[t] : pos_ptr[t] + pos_len[t]]
-        neg = neg_ids[neg_ptr[t] : neg_ptr[t] + neg_len[t]]
-        supplies.append(pos_mass[pos_ptr[t] : pos_ptr[t] + pos_len[t]].copy())
-        demands.append(neg_mass[neg_ptr[t] : neg_ptr[t] + neg_len[t]].copy())
+        pos = slice(pos_ptr[t], pos_ptr[t] + pos_len[t])
+        neg = slice(neg_ptr[t], neg_ptr[t] + neg_len[t])
+        yield pos_ids[pos], pos_mass[pos], neg_ids[neg], neg_mass[neg]
+
+
+def pair_problems(support, pairs: np.ndarray, limit: int | None = None):
+    """``(supplies, demands, costs)`` of :func:`posed_problems`, as numba typed lists."""
+    indptr, indices, data = _bank_arrays(_shared_bank(support, support))
+    supplies, demands, costs = typed.List(), typed.List(), typed.List()
+    for pos, supply, neg, demand in posed_problems(support, pairs, limit):
+        supplies.append(supply.copy())
+        demands.append(demand.copy())
         costs.append(cost_matrix(indptr, indices, data, pos, neg))
     return supplies, demands, costs
 
