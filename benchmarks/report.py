@@ -14,13 +14,19 @@ import sys
 AUTHORS_SECONDS = {"MUTAG": 6.1, "PTC_MR": 34.0, "ENZYMES": 107.0, "PROTEINS": 287.0, "NCI1": 55 * 60.0}
 
 
+def _diff(value) -> str:
+    """A relative difference for the table (``-`` where the run did not record one)."""
+    return "-" if value is None else f"{value:.1e}"
+
+
 def main(path: str) -> int:
     results = json.loads(open(path).read())
     print(
         "| dataset | d | k | graphs | pairs | support / graph | features s | features peak RSS GiB "
-        "| exact s | exact us/pair | naive s (extrap.) | speedup vs naive | authors' script s | speedup vs authors |"
+        "| exact s | exact us/pair | naive s (extrap.) | speedup vs naive | authors' script s | speedup vs authors "
+        "| max rel. diff vs naive | vs reference |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         if "error" in r:
             print(f"| {r['dataset']} | {r['d']} | {r['k']} | error: {r['error']} |")
@@ -37,7 +43,9 @@ def main(path: str) -> int:
                 if r["naive_seconds_extrapolated"] is not None
                 else "| out of memory | - "
             )
-            + f"| {authors if authors else '-'} | {f'{authors / total:.0f}x' if authors else '-'} |"
+            + f"| {authors if authors else '-'} | {f'{authors / total:.0f}x' if authors else '-'} "
+            + f"| {_diff(r.get('naive_vs_library_max_rel_diff'))} "
+            + f"| {_diff(r.get('reference_vs_library_max_rel_diff'))} |"
         )
     print()
     print("| dataset | d | k | blur | Sinkhorn (CPU) us/pair | median rel. error | max rel. error | pairs |")
