@@ -5,7 +5,7 @@ fails because LLVM merges the duplicate calls. This script instead compiles a co
 ``mwsp_torch/_simplex.py`` with the CPU's cycle counter (``llvm.readcyclecounter``) read
 between the phases of :func:`transport_cost`, solves the problems ``solver_settings.py``
 poses (collapsed, cancelled, integer masses), and prints cycles per solve for each phase
-and pivots per solve. The readings themselves cost about 20-40 cycles each, five per
+and pivots per solve. The readings themselves cost about 20-40 cycles each, four per
 pivot, so the instrumented total exceeds the plain solve; compare phases, not totals.
 
 Usage::
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from solver_settings import problems, solver_module  # noqa: E402
 
-PHASES = ("arrays", "start", "first tree", "pricing", "cycle", "push", "re-hang")
+PHASES = ("arrays", "start", "first tree", "pricing", "cycle and push", "re-hang")
 
 _COUNTER = """
 from llvmlite import ir as _ir
@@ -62,14 +62,10 @@ _PROBES = (
     ("    # Linked adjacency, for the first walk only", _probe(4, "t_tree", 1, "t_start")),
     ("    # Pricing blocks of ~sqrt(m n) arcs", _probe(4, "t_loop", 2, "t_tree")),
     ("        enter_p, enter_q, p = _price(", _probe(8, "t_mark")),
-    ("        if enter_p < 0:\n            break\n", _probe(8, "t_priced", 3, "t_mark")),
-    (
-        "        leave, leave_node, leave_on_a, th_u, th_e = _push(",
-        _probe(8, "t_cycle", 4, "t_priced") + "        spent[7] += 1\n",
-    ),
-    ("        if use_masks:\n            _rehang_masks(", _probe(8, "t_pushed", 5, "t_cycle")),
-    ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_rehung", 6, "t_pushed")),
-    ("    total = 0.0\n    for a in range(num_basic):", "    spent[8] += _cycles() - t_begin\n"),
+    ("        if enter_p < 0:\n            break\n", _probe(8, "t_priced", 3, "t_mark") + "        spent[6] += 1\n"),
+    ("        if use_masks:\n            _rehang_masks(", _probe(8, "t_pushed", 4, "t_priced")),
+    ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_rehung", 5, "t_pushed")),
+    ("    total = 0.0\n    for a in range(num_basic):", "    spent[7] += _cycles() - t_begin\n"),
 )
 _SIGNATURE = ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):")
 

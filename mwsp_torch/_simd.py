@@ -9,6 +9,9 @@ scalar minima (this machine, one thread), 1.08-1.12x on whole solves of REDDIT-B
 DD problems (``benchmarks/README.md``). On short rows (NCI1's 18 columns) the reduction
 across lanes costs more than it saves, so the solver keeps a scalar loop there.
 
+:func:`popcount` and :func:`lowest_bit` are LLVM's bit counts, for the solver's ancestor
+masks: numba has no intrinsic for them, and a SWAR count takes about a dozen instructions.
+
 Results are exact: every step is an IEEE subtraction or an ordered ``<`` comparison, so
 the minimum is bit for bit one of the differences ``row[q] - offset[q]``, as the solver's
 scan for the entering column requires.
@@ -119,3 +122,34 @@ def row_min(row, offset, n):
         x = row[q] - offset[q]
         low = x if x < low else low
     return low
+
+
+@intrinsic
+def _bit_count(typingctx, x, which):
+    """``llvm.ctpop`` (``which == 0``: set bits) or ``llvm.cttz`` (``which == 1``: trailing
+    zeros, undefined for 0) of an int64: one instruction each where the CPU has them (POPCNT,
+    TZCNT/BSF), where numba offers no intrinsic and a SWAR count takes about a dozen."""
+    if not (isinstance(x, types.Integer) and isinstance(which, types.IntegerLiteral)):
+        return None
+    sig = types.int64(types.int64, which)
+
+    def codegen(context, builder, signature, args):
+        word = ir.IntType(64)
+        if signature.args[1].literal_value == 0:
+            return builder.call(builder.module.declare_intrinsic("llvm.ctpop", [word]), [args[0]])
+        function = builder.module.declare_intrinsic("llvm.cttz", [word, ir.IntType(1)])
+        return builder.call(function, [args[0], ir.Constant(ir.IntType(1), 1)])
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def popcount(x):
+    """Set bits of an int64."""
+    return _bit_count(x, 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lowest_bit(x):
+    """Index of the lowest set bit of a non-zero int64."""
+    return _bit_count(x, 1)

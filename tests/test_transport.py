@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, make_csl
-from mwsp_torch._simd import STEP, row_min
+from mwsp_torch._simd import STEP, lowest_bit, popcount, row_min
 from mwsp_torch._simplex import CLOSED, transport_cost
 from mwsp_torch.transport import (
     PAIR_BLOCK,
@@ -49,6 +49,13 @@ def test_vector_row_min_is_the_exact_minimum(n, extra, seed, closed):
     differences = row[:n] - offset[:n]
     assert got == differences.min()
     assert np.any(differences == got)  # bit for bit one of them, as the solver's scan needs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 2**63 - 1))
+def test_bit_counts_are_exact(x):
+    assert popcount(x) == bin(x).count("1")
+    assert lowest_bit(x) == (x & -x).bit_length() - 1
 
 
 def test_vector_row_min_refuses_what_it_cannot_read():
