@@ -59,9 +59,9 @@ def _probe(indent: int, name: str, slot: int | None = None, since: str = "") -> 
 _PROBES = (
     ("    m = supply.shape[0]\n    n = demand.shape[0]\n", _probe(4, "t_begin")),
     ("    if m * n >= vogel_min_arcs:\n", _probe(4, "t_start", 0, "t_begin")),
-    ("    # Linked adjacency, for the first walk only", _probe(4, "t_tree", 1, "t_start")),
-    ("    # Pricing blocks of ~sqrt(m n) arcs", _probe(4, "t_loop", 2, "t_tree")),
-    ("        enter_p, enter_q, p = _price(", _probe(8, "t_mark")),
+    ("    if use_masks and root >= 0:\n", _probe(4, "t_tree", 1, "t_start")),
+    ("    # Pricing: every row (small padded problems)", _probe(4, "t_loop", 2, "t_tree")),
+    ("        if full_pricing:\n", _probe(8, "t_mark")),
     ("        if enter_p < 0:\n            break\n", _probe(8, "t_priced", 3, "t_mark") + "        spent[6] += 1\n"),
     ("        if use_masks:\n            _rehang_masks(", _probe(8, "t_pushed", 4, "t_priced")),
     ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_rehung", 5, "t_pushed")),

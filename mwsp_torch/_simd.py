@@ -6,8 +6,14 @@ reduced costs ran one comparison at a time; four interleaved scalar minima were 
 plain loop (0.9 cycles a column). :func:`row_min` keeps ``LANES x VECTORS`` minima in
 vector registers instead: on DD's 243-column rows 40 ns a row against 92 ns for the four
 scalar minima (this machine, one thread), 1.08-1.12x on whole solves of REDDIT-BINARY and
-DD problems (``benchmarks/README.md``). On short rows (NCI1's 18 columns) the reduction
-across lanes costs more than it saves, so the solver keeps a scalar loop there.
+DD problems (``benchmarks/README.md``). On short rows (NCI1's 18 columns) its four
+registers and scalar tail cost more than they save.
+
+:func:`padded_row_min` is the minimum for those short rows, padded by the solver to whole
+vector registers (NCI1's 18 columns read as 20): one register, no tail, inlined into the
+solver's loops instead of a called scalar loop. With it, pricing every row each pivot
+(Dantzig's rule) became cheaper than block pricing on NCI1's problems (twelfth session of
+2026-11-23, ``benchmarks/README.md``).
 
 :func:`popcount` and :func:`lowest_bit` are LLVM's bit counts, for the solver's ancestor
 masks: numba has no intrinsic for them, and a SWAR count takes about a dozen instructions.
@@ -122,6 +128,86 @@ def row_min(row, offset, n):
         x = row[q] - offset[q]
         low = x if x < low else low
     return low
+
+
+@intrinsic
+def _padded_min_difference(typingctx, flat, start, offset, chunks):
+    """``min(flat[start + q] - offset[q] for q < LANES * chunks)``, ``chunks >= 1``.
+
+    One vector register of minima, no scalar tail: the caller pads each row to a multiple
+    of ``LANES`` columns with a value no difference reaches. Both arrays must be
+    C-contiguous float64 (checked at typing time); the loads are unchecked.
+    """
+    for array in (flat, offset):
+        if not (isinstance(array, types.Array) and array.dtype == types.float64 and array.layout == "C"):
+            return None
+    if not (isinstance(start, types.Integer) and isinstance(chunks, types.Integer)):
+        return None
+    sig = types.float64(flat, types.int64, offset, types.int64)
+
+    def codegen(context, builder, signature, args):
+        row_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        row_data = builder.gep(row_data, [args[1]])
+        offset_data = context.make_array(signature.args[2])(context, builder, args[2]).data
+        count = args[3]
+        vector = ir.VectorType(ir.DoubleType(), LANES)
+        vector_ptr = vector.as_pointer()
+        index_type = count.type
+
+        def difference(at):
+            values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
+            offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
+            return builder.fsub(values, offsets)
+
+        first = difference(ir.Constant(index_type, 0))
+        entry = builder.block
+        loop = builder.append_basic_block("padded_min_loop")
+        done = builder.append_basic_block("padded_min_done")
+        builder.cbranch(builder.icmp_signed(">", count, ir.Constant(index_type, 1)), loop, done)
+
+        builder.position_at_end(loop)
+        chunk = builder.phi(index_type)
+        chunk.add_incoming(ir.Constant(index_type, 1), entry)
+        low = builder.phi(vector)
+        low.add_incoming(first, entry)
+        values = difference(builder.mul(chunk, ir.Constant(index_type, LANES)))
+        updated = builder.select(builder.fcmp_ordered("<", values, low), values, low)
+        next_chunk = builder.add(chunk, ir.Constant(index_type, 1))
+        chunk.add_incoming(next_chunk, loop)
+        low.add_incoming(updated, loop)
+        builder.cbranch(builder.icmp_signed("<", next_chunk, count), loop, done)
+
+        builder.position_at_end(done)
+        final = builder.phi(vector)
+        final.add_incoming(first, entry)
+        final.add_incoming(updated, loop)
+        half = LANES // 2
+        lanes = ir.IntType(32)
+        low_half = builder.shuffle_vector(final, final, ir.Constant(ir.VectorType(lanes, half), list(range(half))))
+        high_half = builder.shuffle_vector(
+            final, final, ir.Constant(ir.VectorType(lanes, half), list(range(half, LANES)))
+        )
+        low = builder.select(builder.fcmp_ordered("<", high_half, low_half), high_half, low_half)
+        result = builder.extract_element(low, ir.Constant(lanes, 0))
+        for lane in range(1, half):
+            value = builder.extract_element(low, ir.Constant(lanes, lane))
+            result = builder.select(builder.fcmp_ordered("<", value, result), value, result)
+        return result
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def padded_row_min(flat, start, offset, chunks):
+    """``min(flat[start + q] - offset[q] for q < LANES * chunks)`` in one vector register.
+
+    For the solver's rows of fewer than ``ROW_MIN_SIMD`` columns, padded to a multiple of
+    ``LANES``: inlined, no call and no scalar tail (the plain loop it replaced cost a call
+    and a reduction tail per row). Bit for bit one of the differences, like :func:`row_min`.
+    The caller guarantees ``start + LANES * chunks <= len(flat)`` and
+    ``LANES * chunks <= len(offset)`` (unchecked: this runs once per row per pivot).
+    """
+    return _padded_min_difference(flat, start, offset, chunks)
 
 
 @intrinsic

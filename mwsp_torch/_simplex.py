@@ -19,16 +19,23 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   cannot cycle. At ``eps -> 0`` the final basis is optimal for the real problem
   (reduced costs do not depend on the masses). That holds in exact arithmetic; in floats
   an arc may enter only past a threshold that grows with the potentials (``POT_REL_TOL``).
-- Pricing: block search over whole rows (POT's block size ~sqrt(m n) arcs, but at
-  least ``MIN_BLOCK_ARCS``, rounded to rows), each row's minimum reduced cost a
-  branch-free loop, then one scan of the winning row for the column that attains it:
-  1.1-1.2x fewer seconds than arc-by-arc blocks on NCI1, ENZYMES and REDDIT problems.
-  Rows of ``ROW_MIN_SIMD`` columns or more take their minimum in vector registers
-  (:mod:`mwsp_torch._simd`): 1.09x on REDDIT and 1.20-1.24x on DD solves, together
-  with the two-ended potential walk below.
+- Pricing: rows of fewer than ``ROW_MIN_SIMD`` columns are padded to whole vector
+  registers (:func:`cost_width`; the engine allocates its costs so, else the solver copies)
+  and a row's minimum reduced cost is one inlined vector loop
+  (:func:`mwsp_torch._simd.padded_row_min`). Problems of at most ``FULL_PRICING_MAX_ARCS``
+  such arcs price every row each pivot and take the most negative arc of all (Dantzig's
+  rule), with no branch per row: fewer pivots (NCI1: 25.6 against 33.1 a solve) for little
+  more per pivot. Larger ones search blocks of whole rows (POT's block size ~sqrt(m n) arcs,
+  but at least ``MIN_BLOCK_ARCS``, rounded to rows), then one scan of the winning row for
+  the column that attains it: 1.1-1.2x fewer seconds than arc-by-arc blocks on NCI1,
+  ENZYMES and REDDIT problems. Rows of ``ROW_MIN_SIMD`` columns or more take their
+  minimum in four vector registers (:func:`mwsp_torch._simd.row_min`): 1.09x on REDDIT and
+  1.20-1.24x on DD solves, together with the two-ended potential walk below.
 - Start: the row-minimum rule (each row fills its cheapest open columns), rows taken in
   the order of their minima (1.03x on NCI1, 1.07-1.13x on ENZYMES, PROTEINS and DD over
-  index order; a sort of all costs for the least-cost rule was slower overall). Vogel's approximation
+  index order; a sort of all costs for the least-cost rule was slower overall). It also
+  gives the first basis tree's parents and an order with parents first, so problems on
+  ancestor masks need no walk over the tree. Vogel's approximation
   is an opt-in (``vogel_min_arcs``): it halves the pivots (NCI1: 37 to 19) but now costs
   more than they do everywhere measured (see ``VOGEL_MIN_ARCS``); each of its lines
   remembers its ``VOGEL_CANDIDATES`` cheapest cells between scans.
@@ -79,7 +86,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mwsp_torch._simd import lowest_bit
+from mwsp_torch._simd import LANES, lowest_bit, padded_row_min
 from mwsp_torch._simd import popcount as _popcount
 from mwsp_torch._simd import row_min as row_min_simd
 
@@ -96,6 +103,15 @@ VOGEL_MIN_ARCS = 1 << 62
 #: ``benchmarks/solver_settings.py``); from ~60 points on, where sqrt(m n) already
 #: exceeds this, the rule is unchanged (REDDIT, DD).
 MIN_BLOCK_ARCS = 96
+
+#: Problems of at most this many arcs (and rows under ``ROW_MIN_SIMD`` columns) price every
+#: row each pivot and take the most negative reduced cost of all (Dantzig's rule): NCI1's
+#: solves then take 25.6 pivots instead of 33.1, and with rows padded to whole vector
+#: registers (:func:`mwsp_torch._simd.padded_row_min`) and no branch per row, the full scan
+#: costs little more than a block (1.16x on NCI1 solves, 1.08x on ENZYMES d=2,k=0 and
+#: PROTEINS d=2,k=0). Beyond ~700 arcs blocks win again (PROTEINS, 1,200 arcs: 1.06x
+#: against 1.07x at 500; all problems priced fully: 0.83x). Twelfth session of 2026-11-23.
+FULL_PRICING_MAX_ARCS = 600
 
 #: Cost offset of a closed column in the row-minimum start: finite (the fastmath minimum
 #: assumes no infinities) and beyond any cost.
@@ -135,6 +151,14 @@ POT_REL_TOL = 1e-15
 MASK_MAX_NODES = 63
 
 
+@njit(cache=True, nogil=True)
+def cost_width(n):
+    """Columns the solver prices for ``n`` demand points: rows under ``ROW_MIN_SIMD``
+    columns are padded to whole vector registers of ``LANES``. A caller that allocates
+    ``[m, cost_width(n)]`` costs spares the solver a padded copy (:func:`transport_cost`)."""
+    return LANES * ((n + LANES - 1) // LANES) if n < ROW_MIN_SIMD else n
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _lex_less(a_units, a_eps, b_units, b_eps):
     return a_units < b_units or (a_units == b_units and a_eps < b_eps)
@@ -154,18 +178,23 @@ def transport_cost(
     vogel_min_arcs=VOGEL_MIN_ARCS,
     min_block_arcs=MIN_BLOCK_ARCS,
     mask_max_nodes=MASK_MAX_NODES,
+    full_pricing_max_arcs=FULL_PRICING_MAX_ARCS,
 ):
     """Optimal ``sum_pq flow_pq * cost_pq`` for integer masses (equal totals).
 
     Args:
         supply: ``[m]`` int64 masses, all > 0.
         demand: ``[n]`` int64 masses, all > 0, same total as ``supply``.
-        cost: ``[m, n]`` float64 costs.
+        cost: ``[m, n]`` float64 costs, or ``[m, w]`` with ``w >= n``: columns past ``n``
+            are scratch that the solver may overwrite. With ``w >= cost_width(n)`` and C
+            order the solver prices the rows in place; otherwise it makes a padded copy.
         vogel_min_arcs: start from Vogel's approximation when ``m * n`` reaches
             this, else from the row-minimum rule (the optimum does not depend on it).
         min_block_arcs: the fewest arcs a pricing block spans (nor does the optimum).
         mask_max_nodes: keep the basis tree as ancestor bit masks when ``m + n`` is at
             most this (at most 63), else as a thread (nor does the optimum).
+        full_pricing_max_arcs: price all rows each pivot (Dantzig's rule) when ``m * n``
+            is at most this and rows are padded, else in blocks (nor does the optimum).
 
     Returns:
         float64 optimal cost (not divided by the total mass).
@@ -202,43 +231,64 @@ def transport_cost(
     stem_last, o = _take(pool, o, num_nodes)
     stem_rev, o = _take(pool, o, num_nodes)
     stem_next, o = _take(pool, o, num_nodes)
-    pot = np.empty(num_nodes, dtype=np.float64)  # u_p at p, v_q at m + q
+    # u_p at p, v_q at m + q; zeros past the last v_q, read by the padded row minima.
+    pot = np.zeros(num_nodes + LANES, dtype=np.float64)
+    # Rows under ROW_MIN_SIMD columns are priced padded to `width` columns, the padding
+    # CLOSED (beyond any difference), from `flat` with `stride` entries a row.
+    padded = n < ROW_MIN_SIMD
+    width = cost_width(n)
+    chunks = width // LANES
+    stride = cost.shape[1]
+    if padded and stride < width:
+        flat = np.empty(m * width, dtype=np.float64)
+        for p in range(m):
+            for q in range(n):
+                flat[p * width + q] = cost[p, q]
+            for q in range(n, width):
+                flat[p * width + q] = CLOSED
+        stride = width
+    else:
+        for p in range(m):
+            for q in range(n, width):
+                cost[p, q] = CLOSED
+        flat = cost.ravel()  # a view of C-ordered costs (numba copies other layouts)
     # Residual masses as (units, eps) pairs: Orden's perturbation.
     rs_u[:] = supply
     rs_e[:] = 1
     rd_u[:] = demand
     rd_e[:] = 0
     rd_e[n - 1] = m
-    if m * n >= vogel_min_arcs:
-        _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-    else:
-        _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-    # Linked adjacency, for the first walk only: arc a has half-edges 2a (at its supply) and 2a + 1 (at its demand).
-    head[:] = -1
-    for a in range(num_basic):
-        nxt[2 * a] = head[b_p[a]]
-        head[b_p[a]] = 2 * a
-        nxt[2 * a + 1] = head[m + b_q[a]]
-        head[m + b_q[a]] = 2 * a + 1
-    # Parents, potentials and a preorder by one depth-first walk from node 0.
-    parent[0] = -1
-    parent_arc[0] = -1
-    pot[0] = 0.0
-    _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, scratch, cost)
     use_masks = num_nodes <= min(mask_max_nodes, 63)
-    if use_masks:
-        anc[0] = 1
-        for i in range(1, num_nodes):  # preorder: parents first
-            anc[order[i]] = anc[parent[order[i]]] | (1 << order[i])
+    if m * n >= vogel_min_arcs:
+        _vogel_start(cost[:, :n], rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
+        root = -1
     else:
-        size[:] = 1
-        for i in range(num_nodes - 1, 0, -1):  # reverse preorder: children first
-            size[parent[order[i]]] += size[order[i]]
-        for i in range(num_nodes):
-            thread[order[i]] = order[(i + 1) % num_nodes]
-            rev[order[(i + 1) % num_nodes]] = order[i]
-            last[order[i]] = order[i + size[order[i]] - 1]
-    # Pricing blocks of ~sqrt(m n) arcs (POT's default), at least MIN_BLOCK_ARCS, in whole rows.
+        root = _row_minimum_start(
+            cost, n, flat, stride, chunks, padded, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc,
+            order,
+        )  # fmt: skip
+    if use_masks and root >= 0:
+        # The row-minimum start closes a node's parent after the node (see there), so its
+        # closing order, reversed, puts parents first: no walk over the tree needed.
+        parent[root] = -1
+        parent_arc[root] = -1
+        pot[root] = 0.0
+        anc[root] = np.int64(1) << root
+        for i in range(num_basic - 1, -1, -1):
+            v = order[i]
+            a = parent_arc[v]
+            pot[v] = cost[b_p[a], b_q[a]] - pot[parent[v]]
+            anc[v] = anc[parent[v]] | (np.int64(1) << v)
+    else:
+        _first_tree(
+            m, num_basic, num_nodes, use_masks, b_p, b_q, head, nxt, parent, parent_arc, pot, order, scratch, cost,
+            anc, size, thread, rev, last,
+        )  # fmt: skip
+    # Pricing: every row (small padded problems), or blocks of ~sqrt(m n) arcs (POT's
+    # default), at least MIN_BLOCK_ARCS, in whole rows.
+    full_pricing = padded and m * n <= full_pricing_max_arcs
+    row_mins = np.empty(m if full_pricing else 0, dtype=np.float64)
+    reduced = np.empty(m if full_pricing else 0, dtype=np.float64)
     rows_per_block = max(1, max(int(np.sqrt(m * n)), min_block_arcs) // n)
     demand_pot = pot[m:]
     scale = 0.0
@@ -258,7 +308,14 @@ def transport_cost(
     pivots_left = MAX_PIVOTS_PER_NODE_SQUARED * num_nodes * num_nodes
     while True:
         threshold = tol + POT_REL_TOL * pot_bound
-        enter_p, enter_q, p = _price(cost, pot, demand_pot, m, n, rows_per_block, threshold, p)
+        if full_pricing:
+            enter_p, enter_q = _price_all(
+                flat, stride, chunks, cost, pot, demand_pot, m, n, threshold, row_mins, reduced
+            )  # fmt: skip
+        else:
+            enter_p, enter_q, p = _price(
+                cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_block, threshold, p
+            )  # fmt: skip
         if enter_p < 0:
             break
         pivots_left -= 1
@@ -299,6 +356,38 @@ def transport_cost(
 
 
 @njit(cache=True, nogil=True)
+def _first_tree(
+    m, num_basic, num_nodes, use_masks, b_p, b_q, head, nxt, parent, parent_arc, pot, order, scratch, cost, anc, size,
+    thread, rev, last,
+):  # fmt: skip
+    """Parents, potentials and a preorder of the first basis tree, hung from node 0 by a
+    depth-first walk over adjacency lists; then ancestor masks, or the thread's lists."""
+    # Linked adjacency: arc a has half-edges 2a (at its supply) and 2a + 1 (at its demand).
+    head[:num_nodes] = -1
+    for a in range(num_basic):
+        nxt[2 * a] = head[b_p[a]]
+        head[b_p[a]] = 2 * a
+        nxt[2 * a + 1] = head[m + b_q[a]]
+        head[m + b_q[a]] = 2 * a + 1
+    parent[0] = -1
+    parent_arc[0] = -1
+    pot[0] = 0.0
+    _preorder(m, b_p, b_q, head, nxt, parent, parent_arc, pot, order, scratch, cost)
+    if use_masks:
+        anc[0] = 1
+        for i in range(1, num_nodes):  # preorder: parents first
+            anc[order[i]] = anc[parent[order[i]]] | (1 << order[i])
+    else:
+        size[:] = 1
+        for i in range(num_nodes - 1, 0, -1):  # reverse preorder: children first
+            size[parent[order[i]]] += size[order[i]]
+        for i in range(num_nodes):
+            thread[order[i]] = order[(i + 1) % num_nodes]
+            rev[order[(i + 1) % num_nodes]] = order[i]
+            last[order[i]] = order[i + size[order[i]] - 1]
+
+
+@njit(cache=True, nogil=True)
 def _max_abs(values, n):
     """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's potential bound."""
     top = 0.0
@@ -308,12 +397,33 @@ def _max_abs(values, n):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p):
+def _price_all(flat, stride, chunks, cost, pot, demand_pot, m, n, tol, row_mins, reduced):
+    """Dantzig's rule: the first arc of the most negative reduced cost of all (``-1, -1`` at
+    optimality). Every row's minimum in vector registers, kept with no branch per row; then
+    one scan for the first row that attains it, and one of that row for the column."""
+    low = CLOSED
+    for p in range(m):
+        row_min = padded_row_min(flat, p * stride, demand_pot, chunks)
+        row_mins[p] = row_min
+        r = row_min - pot[p]
+        reduced[p] = r
+        low = r if r < low else low
+    if not (low < -tol):
+        return -1, -1
+    p = 0
+    while reduced[p] != low:
+        p += 1
+    return p, _first_at(cost[p], demand_pot, n, row_mins[p])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_block, tol, p):
     """Entering arc ``(enter_p, enter_q)`` (``-1, -1`` at optimality) and the next row to scan.
 
     Block search by whole rows from row ``p``: the most negative reduced cost in the first
-    block of rows that has one. A row's minimum is a branch-free loop (:func:`_row_min`); the
-    entering column is then found in that row alone.
+    block of rows that has one. A row's minimum is a branch-free loop (padded rows:
+    :func:`mwsp_torch._simd.padded_row_min`, else :func:`_min_difference`); the entering
+    column is then found in that row alone.
     """
     enter_p = -1
     enter_q = -1
@@ -323,7 +433,10 @@ def _price(cost, pot, demand_pot, m, n, rows_per_block, tol, p):
     while rows_scanned < m:
         stop = min(rows_scanned + rows_per_block, m)
         while rows_scanned < stop:
-            row_min = _min_difference(cost[p], demand_pot, n)
+            if padded:
+                row_min = padded_row_min(flat, p * stride, demand_pot, chunks)
+            else:
+                row_min = _min_difference(cost[p], demand_pot, n)
             if row_min - pot[p] < best:
                 best = row_min - pot[p]
                 best_row_min = row_min
@@ -652,7 +765,9 @@ def _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
 
 
 @njit(cache=True, nogil=True)
-def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
+def _row_minimum_start(
+    cost, n, flat, stride, chunks, padded, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, finish
+):  # fmt: skip
     """Rows in turn send to their cheapest open columns (cheap; good for small problems),
     rows with the cheapest minimum first (an insertion sort of the row minima: fewer pivots
     follow than in index order, NCI1 37 to 33 a solve, DD d=2,k=1 3,127 to 2,715; a true
@@ -660,16 +775,23 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     was slower overall, its start dearer and its pivots too).
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
-    minimum (:func:`_row_min`, or the vector minima of :mod:`mwsp_torch._simd` on long rows)
-    and a scan for the first column that attains it (unguarded,
+    minimum (:func:`mwsp_torch._simd.padded_row_min` on padded rows, else
+    :func:`_min_difference`) and a scan for the first column that attains it (unguarded,
     unlike :func:`_first_at`: a guard here measured 0.5 us slower per NCI1 solve).
+
+    Also the first basis tree, for free: each allocation closes its column or its row,
+    never both (Orden's perturbation) except the last. A closed column hangs from the row
+    that closed it; a closed row from the column it sent to last, which is still open and
+    so closes later. Parents thus close after their children: ``finish`` lists the nodes
+    in closing order (``m + n - 1`` of them) and the last row is the root, returned.
+    Replacing the depth-first walk over adjacency lists by this was 1.04x on NCI1 solves.
     """
-    m, n = cost.shape
-    offset = np.zeros(n, dtype=np.float64)
+    m = cost.shape[0]
+    offset = np.zeros(max(n, LANES * chunks), dtype=np.float64)
     lows = np.empty(m, dtype=np.float64)
     rows = np.empty(m, dtype=np.int64)
     for p in range(m):  # insertion sort of the rows by their minima
-        low = _min_difference(cost[p], offset, n)
+        low = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
         i = p
         while i > 0 and lows[i - 1] > low:
             lows[i] = lows[i - 1]
@@ -681,14 +803,30 @@ def _row_minimum_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     for p in rows:
         row = cost[p]
         while rs_u[p] != 0 or rs_e[p] != 0:
-            low = _min_difference(row, offset, n)
+            low = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
             q = 0
             while row[q] - offset[q] != low:  # found: low is one of these same differences
                 q += 1
             _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-            count += 1
             if rd_u[q] == 0 and rd_e[q] == 0:
                 offset[q] = -CLOSED
+                parent[m + q] = p
+                parent_arc[m + q] = count
+                finish[count] = m + q
+            else:
+                parent[p] = m + q
+                parent_arc[p] = count
+                finish[count] = p
+            count += 1
+    return rows[m - 1]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _start_row_min(cost, n, flat, stride, chunks, padded, offset, p):
+    """Row ``p``'s cheapest open difference ``cost[p, q] - offset[q]`` (the start's choice)."""
+    if padded:
+        return padded_row_min(flat, p * stride, offset, chunks)
+    return _min_difference(cost[p], offset, n)
 
 
 @njit(cache=True, nogil=True)

@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch._simplex import transport_cost
+from mwsp_torch._simplex import cost_width, transport_cost
 
 SOLVERS = ("exact", "sinkhorn")
 
@@ -418,7 +418,8 @@ def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares
     n_pos, n_neg = _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass)
     if n_pos == 0:
         return 0.0
-    cost = np.empty((n_pos, n_neg), dtype=np.float64)
+    # Rows padded as the solver prices them (columns past n_neg are its scratch): no copy there.
+    cost = np.empty((n_pos, cost_width(n_neg)), dtype=np.float64)
     if table.shape[0] > 0:
         for p in range(n_pos):
             for q in range(n_neg):

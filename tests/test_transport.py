@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, make_csl
-from mwsp_torch._simd import STEP, lowest_bit, popcount, row_min
-from mwsp_torch._simplex import CLOSED, transport_cost
+from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_row_min, popcount, row_min
+from mwsp_torch._simplex import CLOSED, cost_width, transport_cost
 from mwsp_torch.transport import (
     PAIR_BLOCK,
     PAIR_CHUNK,
@@ -51,6 +51,30 @@ def test_vector_row_min_is_the_exact_minimum(n, extra, seed, closed):
     assert np.any(differences == got)  # bit for bit one of them, as the solver's scan needs
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 5), st.integers(0, 2**32 - 1), st.booleans())
+def test_padded_row_min_is_the_exact_minimum(chunks, row, seed, closed):
+    """The minimum of one padded row of a flat matrix: exact, one of the differences, and
+    blind to the other rows (the solver reads row ``p`` at ``p * stride``)."""
+    rng = np.random.default_rng(seed)
+    width = LANES * chunks
+    flat = rng.integers(-3, 4, size=6 * width) + rng.random(6 * width).round(1)
+    offset = rng.integers(-3, 4, size=width) + rng.random(width).round(2)
+    if closed:  # the start prices closed columns out by a -CLOSED offset
+        offset[rng.random(width) < 0.5] = -CLOSED
+    flat[: row * width] = -1e6  # rows before and after: must not be read
+    flat[(row + 1) * width :] = -1e6
+    got = padded_row_min(flat, row * width, offset, chunks)
+    differences = flat[row * width : (row + 1) * width] - offset
+    assert got == differences.min()
+    assert np.any(differences == got)
+
+
+def test_cost_width_pads_short_rows_only():
+    assert [cost_width(n) for n in (1, 4, 5, 18, 39)] == [4, 4, 8, 20, 40]
+    assert [cost_width(n) for n in (40, 41, 243)] == [40, 41, 243]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 2**63 - 1))
 def test_bit_counts_are_exact(x):
@@ -70,13 +94,22 @@ def _check(counts_a, counts_b, cost):
     na, nb = counts_a.sum(), counts_b.sum()
     expected = ot.emd2(counts_a / na, counts_b / nb, cost)
     cost = np.ascontiguousarray(cost)
-    # Both starting rules (Vogel's, row-minimum), pricing blocks of one row, the default, all
-    # rows, and both basis trees (ancestor masks up to 63 points, the thread).
-    for vogel_min_arcs, min_block_arcs in ((0, 96), (1 << 62, 1), (1 << 62, 96), (1 << 62, 1 << 30)):
+    # Both starting rules (Vogel's, row-minimum), pricing blocks of one row, the default
+    # blocks, the default (all rows of small padded problems), all rows always, and both
+    # basis trees (ancestor masks up to 63 points, the thread).
+    full = 1 << 30
+    starts_and_pricing = ((0, 96, 600), (1 << 62, 1, 0), (1 << 62, 96, 0), (1 << 62, 96, 600), (1 << 62, full, full))
+    for vogel_min_arcs, min_block_arcs, full_max in starts_and_pricing:
         for mask_max_nodes in (63, 0):
-            settings_ = (vogel_min_arcs, min_block_arcs, mask_max_nodes)
+            settings_ = (vogel_min_arcs, min_block_arcs, mask_max_nodes, full_max)
             got = transport_cost(counts_a * nb, counts_b * na, cost, *settings_) / (na * nb)
             assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14, settings_
+    # Costs with room past n (as the engine allocates them, garbage there) price in place,
+    # to the same pivots as a padded copy.
+    m, n = cost.shape
+    wide = np.full((m, cost_width(n) + 3), np.nan)
+    wide[:, :n] = cost
+    assert transport_cost(counts_a * nb, counts_b * na, wide) == transport_cost(counts_a * nb, counts_b * na, cost)
 
 
 @settings(max_examples=300, deadline=None)
@@ -621,7 +654,8 @@ graphs = load_tudataset("MUTAG", root={root!r}, cache_dir={cache!r})[0][:24]
 model = MWSP(d=3, k=1).fit(graphs)
 pairs = upper_pairs(len(graphs))
 got = thread_exact_distances(model.support_, model.support_, pairs, device="cuda", threads_per_block=32)
-print(float(np.max(np.abs(got - model.distances_[pairs[:, 0], pairs[:, 1]]))))
+want = model.distances_[pairs[:, 0], pairs[:, 1]]
+print(float(np.max(np.abs(got - want) / np.maximum(want, 1e-300))))
 """
 
 
@@ -633,4 +667,6 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
     script = SIMULATED.format(root=str(data_root), cache=str(cache_dir))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout.strip().splitlines()[-1]) <= 1e-15
+    # Relative, not bit for bit: the CPU solver prices every row of small problems and roots
+    # its first tree elsewhere, so the two take different pivots to the same optimum.
+    assert float(done.stdout.strip().splitlines()[-1]) <= 1e-12
