@@ -67,7 +67,10 @@ _PROBES = (
     ("        # Slot `leave` now holds the entering arc.\n", _probe(8, "t_rehung", 5, "t_pushed")),
     ("    total = 0.0\n    for a in range(num_basic):", "    spent[7] += _cycles() - t_begin\n"),
 )
-_SIGNATURE = ("    mask_max_nodes=MASK_MAX_NODES,\n):", "    mask_max_nodes=MASK_MAX_NODES,\n    spent=None,\n):")
+_SIGNATURE = (
+    "    full_pricing_max_arcs=FULL_PRICING_MAX_ARCS,\n):",
+    "    full_pricing_max_arcs=FULL_PRICING_MAX_ARCS,\n    spent=None,\n):",
+)
 
 
 def instrumented_solver(directory: str):
@@ -81,7 +84,8 @@ def instrumented_solver(directory: str):
             raise SystemExit(f"solver_phases.py: the solver has no single {anchor.strip()!r}; update _PROBES")
         source = source.replace(anchor, replacement, 1)
     module = solver_module(source, directory, "_simplex_phases")
-    return module.transport_cost, module.VOGEL_MIN_ARCS, module.MIN_BLOCK_ARCS, module.MASK_MAX_NODES
+    settings = module.VOGEL_MIN_ARCS, module.MIN_BLOCK_ARCS, module.MASK_MAX_NODES, module.FULL_PRICING_MAX_ARCS
+    return module.transport_cost, *settings
 
 
 def main() -> None:
@@ -92,12 +96,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        solve, vogel_min_arcs, min_block_arcs, mask_max_nodes = instrumented_solver(directory)
+        solve, vogel_min_arcs, min_block_arcs, mask_max_nodes, full_max = instrumented_solver(directory)
 
         @njit
         def solve_all(supplies, demands, costs, spent):
             for i in range(len(costs)):
-                solve(supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes, spent)
+                solve(
+                    supplies[i], demands[i], costs[i], vogel_min_arcs, min_block_arcs, mask_max_nodes, full_max, spent
+                )
 
         print("| problems | " + " | ".join(PHASES) + " | all (instrumented) | pivots |")
         print("|---|" + "---|" * (len(PHASES) + 2))
