@@ -145,8 +145,11 @@ def _build(jit):
         return m, n
 
     @jit
-    def row_minimum_start(cost, m, n, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, offset, lows, rows):
-        """Rows, cheapest minimum first, send to their cheapest open columns (as the CPU engine)."""
+    def row_minimum_start(cost, m, n, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, offset, lows, rows, parent,
+                          parent_arc, finish):  # fmt: skip
+        """Rows, cheapest minimum first, send to their cheapest open columns (as the CPU engine),
+        hanging each closed node from what closed it: ``finish`` lists the nodes in closing
+        order, parents after children; the last row, the root, is returned."""
         for q in range(n):
             offset[q] = 0.0
         for p in range(m):
@@ -177,42 +180,32 @@ def _build(jit):
                 b_q[count] = q
                 f_u[count] = fu
                 f_e[count] = fe
-                count += 1
+                # As the CPU solver's start, written out again: one function compiled for
+                # both made the CPU solver's NCI1 solves 1.06x slower (twelfth session).
                 if rd_u[q] == 0 and rd_e[q] == 0:
                     offset[q] = -CLOSED
+                    parent[m + q] = p
+                    parent_arc[m + q] = count
+                    finish[count] = m + q
+                else:
+                    parent[p] = m + q
+                    parent_arc[p] = count
+                    finish[count] = p
+                count += 1
+        return rows[m - 1]
 
     @jit
-    def first_tree(m, n, cost, b_p, b_q, head, nxt, parent, parent_arc, pot, anc, stack):
-        """Parents, potentials and ancestor masks of the basis tree hung from node 0."""
-        num_nodes = m + n
-        for v in range(num_nodes):
-            head[v] = -1
-        for a in range(num_nodes - 1):
-            nxt[2 * a] = head[b_p[a]]
-            head[b_p[a]] = 2 * a
-            nxt[2 * a + 1] = head[m + b_q[a]]
-            head[m + b_q[a]] = 2 * a + 1
-        parent[0] = -1
-        parent_arc[0] = -1
-        pot[0] = 0.0
-        anc[0] = 1
-        stack[0] = 0
-        top = 1
-        while top > 0:  # depth first: a node's parent and mask are set before it is pushed
-            top -= 1
-            v = stack[top]
-            slot = head[v]
-            while slot >= 0:
-                a = slot >> 1
-                w = b_p[a] if slot & 1 else m + b_q[a]
-                if w != parent[v]:
-                    parent[w] = v
-                    parent_arc[w] = a
-                    pot[w] = cost[b_p[a] * n + b_q[a]] - pot[v]
-                    anc[w] = anc[v] | (ONE << w)
-                    stack[top] = w
-                    top += 1
-                slot = nxt[slot]
+    def first_tree(m, n, cost, b_p, b_q, parent, parent_arc, pot, anc, finish, root):
+        """Potentials and ancestor masks of the start's basis tree, parents first (as the CPU engine)."""
+        parent[root] = -1
+        parent_arc[root] = -1
+        pot[root] = 0.0
+        anc[root] = ONE << root
+        for i in range(m + n - 2, -1, -1):
+            v = finish[i]
+            a = parent_arc[v]
+            pot[v] = cost[b_p[a] * n + b_q[a]] - pot[parent[v]]
+            anc[v] = anc[parent[v]] | (ONE << v)
 
     @jit
     def cycle_step(node, m, demand_side, parent_arc, cyc_arc, cyc_node, at):
@@ -318,7 +311,9 @@ def _build(jit):
     def solve(m, n, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc, pot, head, nxt,
               stack, cyc_arc, cyc_node, stem, down, offset, lows, rows):  # fmt: skip
         """Optimal cost of the ``m x n`` problem (masses in ``rs_u``, ``rd_u``; ``cost`` row
-        major), not divided by the total mass; ``-1.0`` if the pivot limit is reached."""
+        major), not divided by the total mass; ``-1.0`` if the pivot limit is reached.
+        ``head`` and ``nxt`` are no longer used (the first tree comes from the start); the
+        kernels' positional local arrays still hold them."""
         num_nodes = m + n
         num_basic = num_nodes - 1
         for p in range(m):
@@ -326,8 +321,10 @@ def _build(jit):
         for q in range(n):
             rd_e[q] = 0
         rd_e[n - 1] = m
-        row_minimum_start(cost, m, n, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, offset, lows, rows)
-        first_tree(m, n, cost, b_p, b_q, head, nxt, parent, parent_arc, pot, anc, stack)
+        root = row_minimum_start(
+            cost, m, n, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, offset, lows, rows, parent, parent_arc, stack
+        )  # fmt: skip
+        first_tree(m, n, cost, b_p, b_q, parent, parent_arc, pot, anc, stack, root)
         rows_per_block = larger(1, larger(int(math.sqrt(m * n)), MIN_BLOCK_ARCS) // n)
         tol = 1e-14 * larger(max_abs(cost, m * n), 1e-300)
         pot_bound = max_abs(pot, num_nodes)
