@@ -11,7 +11,8 @@ registers and scalar tail cost more than they save.
 
 :func:`padded_row_min` is the minimum for those short rows, padded by the solver to whole
 vector registers (NCI1's 18 columns read as 20): one register, no tail, inlined into the
-solver's loops instead of a called scalar loop. With it, pricing every row each pivot
+solver's loops instead of a called scalar loop. :func:`padded_first_at` then finds the
+column that attains it without a data-dependent branch. With it, pricing every row each pivot
 (Dantzig's rule) became cheaper than block pricing on NCI1's problems (twelfth session of
 2026-11-23, ``benchmarks/README.md``).
 
@@ -208,6 +209,77 @@ def padded_row_min(flat, start, offset, chunks):
     ``LANES * chunks <= len(offset)`` (unchecked: this runs once per row per pivot).
     """
     return _padded_min_difference(flat, start, offset, chunks)
+
+
+@intrinsic
+def _padded_first_equal(typingctx, flat, start, offset, chunks, value):
+    """The first ``q < LANES * chunks`` with ``flat[start + q] - offset[q] == value``, as the
+    trailing zeros of one bit mask built from every chunk's comparison (64 if none): no
+    branch that depends on where it is. ``LANES * chunks <= 64``; loads unchecked."""
+    for array in (flat, offset):
+        if not (isinstance(array, types.Array) and array.dtype == types.float64 and array.layout == "C"):
+            return None
+    if not all(isinstance(x, types.Integer) for x in (start, chunks)) or not isinstance(value, types.Float):
+        return None
+    sig = types.int64(flat, types.int64, offset, types.int64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        row_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        row_data = builder.gep(row_data, [args[1]])
+        offset_data = context.make_array(signature.args[2])(context, builder, args[2]).data
+        count = args[3]
+        vector = ir.VectorType(ir.DoubleType(), LANES)
+        vector_ptr = vector.as_pointer()
+        word = ir.IntType(64)
+        lanes = ir.IntType(32)
+        target = ir.Constant(vector, ir.Undefined)
+        for lane in range(LANES):
+            target = builder.insert_element(target, args[4], ir.Constant(lanes, lane))
+        entry = builder.block
+        loop = builder.append_basic_block("first_equal_loop")
+        done = builder.append_basic_block("first_equal_done")
+        builder.branch(loop)
+
+        builder.position_at_end(loop)
+        chunk = builder.phi(word)
+        chunk.add_incoming(ir.Constant(word, 0), entry)
+        bits = builder.phi(word)
+        bits.add_incoming(ir.Constant(word, 0), entry)
+        at = builder.mul(chunk, ir.Constant(word, LANES))
+        values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
+        offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
+        equal = builder.fcmp_ordered("==", builder.fsub(values, offsets), target)
+        mask = builder.zext(builder.bitcast(equal, ir.IntType(LANES)), word)
+        updated = builder.or_(bits, builder.shl(mask, at))
+        next_chunk = builder.add(chunk, ir.Constant(word, 1))
+        chunk.add_incoming(next_chunk, loop)
+        bits.add_incoming(updated, loop)
+        builder.cbranch(builder.icmp_signed("<", next_chunk, count), loop, done)
+
+        builder.position_at_end(done)
+        trailing = builder.module.declare_intrinsic("llvm.cttz", [word, ir.IntType(1)])
+        return builder.call(trailing, [updated, ir.Constant(ir.IntType(1), 0)])
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def padded_first_at(flat, start, offset, chunks, n, value):
+    """The first ``q < n`` with ``flat[start + q] - offset[q] == value`` (padded rows, as
+    :func:`padded_row_min`; ``value`` one of those differences, as that minimum is).
+
+    One comparison per vector register and one trailing-zero count, where a scan stops at
+    a branch mispredicted once a row: 1.08x on NCI1 solves (twelfth session of
+    2026-11-23). If no column matched (never, unless a compiler broke the equality), the
+    first column of the least difference, as a guard.
+    """
+    q = _padded_first_equal(flat, start, offset, chunks, value)
+    if q >= n:
+        q = 0
+        for j in range(1, n):
+            if flat[start + j] - offset[j] < flat[start + q] - offset[q]:
+                q = j
+    return q
 
 
 @intrinsic

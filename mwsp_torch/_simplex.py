@@ -91,7 +91,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mwsp_torch._simd import LANES, lowest_bit, padded_row_min
+from mwsp_torch._simd import LANES, lowest_bit, padded_first_at, padded_row_min
 from mwsp_torch._simd import popcount as _popcount
 from mwsp_torch._simd import row_min as row_min_simd
 
@@ -404,8 +404,8 @@ def _max_abs(values, n):
 def _price_all(flat, stride, chunks, cost, pot, demand_pot, m, n, tol, row_mins):
     """Dantzig's rule: the first arc of the most negative reduced cost of all (``-1, -1`` at
     optimality). Every row's minimum in vector registers, the best row kept by selects, no
-    branch per row (a scan for the row afterwards was 1.04x slower on NCI1 solves); then one
-    scan of that row for the column."""
+    branch per row (a scan for the row afterwards was 1.04x slower on NCI1 solves); then the
+    column by one branch-free search of that row (:func:`mwsp_torch._simd.padded_first_at`)."""
     low = CLOSED
     best = 0
     for p in range(m):
@@ -417,7 +417,7 @@ def _price_all(flat, stride, chunks, cost, pot, demand_pot, m, n, tol, row_mins)
         best = p if better else best
     if not (low < -tol):
         return -1, -1
-    return best, _first_at(cost[best], demand_pot, n, row_mins[best])
+    return best, padded_first_at(flat, best * stride, demand_pot, chunks, n, row_mins[best])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -453,7 +453,9 @@ def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_b
                 p = 0
         if enter_p >= 0:
             break
-    if enter_p >= 0:
+    if enter_p >= 0 and padded:
+        enter_q = padded_first_at(flat, enter_p * stride, demand_pot, chunks, n, best_row_min)
+    elif enter_p >= 0:
         enter_q = _first_at(cost[enter_p], demand_pot, n, best_row_min)
     return enter_p, enter_q, p
 
@@ -782,8 +784,9 @@ def _row_minimum_start(
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
     minimum (:func:`mwsp_torch._simd.padded_row_min` on padded rows, else
-    :func:`_min_difference`) and a scan for the first column that attains it (unguarded,
-    unlike :func:`_first_at`: a guard here measured 0.5 us slower per NCI1 solve).
+    :func:`_min_difference`) and a search for the first column that attains it (padded rows:
+    :func:`mwsp_torch._simd.padded_first_at`, branch-free; else a scan, unguarded, unlike
+    :func:`_first_at`: a guard there measured 0.5 us slower per NCI1 solve).
 
     Also the first basis tree, for free: each allocation closes its column or its row,
     never both (Orden's perturbation) except the last. A closed column hangs from the row
@@ -810,9 +813,12 @@ def _row_minimum_start(
         row = cost[p]
         while rs_u[p] != 0 or rs_e[p] != 0:
             low = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
-            q = 0
-            while row[q] - offset[q] != low:  # found: low is one of these same differences
-                q += 1
+            if padded:
+                q = padded_first_at(flat, p * stride, offset, chunks, n, low)
+            else:
+                q = 0
+                while row[q] - offset[q] != low:  # found: low is one of these same differences
+                    q += 1
             _allocate(p, q, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
             if rd_u[q] == 0 and rd_e[q] == 0:
                 offset[q] = -CLOSED

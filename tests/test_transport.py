@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, make_csl
-from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_row_min, popcount, row_min
+from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
 from mwsp_torch._simplex import CLOSED, cost_width, transport_cost
 from mwsp_torch.transport import (
     PAIR_BLOCK,
@@ -68,6 +68,26 @@ def test_padded_row_min_is_the_exact_minimum(chunks, row, seed, closed):
     differences = flat[row * width : (row + 1) * width] - offset
     assert got == differences.min()
     assert np.any(differences == got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 10), st.integers(0, 3), st.integers(0, 2**32 - 1), st.booleans())
+def test_padded_first_at_finds_the_first_column_of_a_value(chunks, pad, seed, minimum):
+    """The first column whose difference equals a value taken from the row (its minimum, or
+    any of its differences); ties are frequent, padding columns are never returned."""
+    rng = np.random.default_rng(seed)
+    width = LANES * chunks
+    n = max(1, width - pad)
+    flat = np.full(3 * width, -7.0)
+    flat[width : 2 * width] = CLOSED
+    flat[width : width + n] = rng.integers(-2, 3, size=n) + rng.random(n).round(1)
+    offset = np.zeros(width)
+    offset[:n] = rng.integers(-2, 3, size=n) + rng.random(n).round(1)
+    differences = flat[width : width + n] - offset[:n]
+    value = differences.min() if minimum else differences[rng.integers(n)]
+    assert padded_first_at(flat, width, offset, chunks, n, value) == np.flatnonzero(differences == value)[0]
+    # A value no column has: the guard's answer, the first column of the least difference.
+    assert padded_first_at(flat, width, offset, chunks, n, 99.5) == int(np.argmin(differences))
 
 
 def test_cost_width_pads_short_rows_only():
