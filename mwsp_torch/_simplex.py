@@ -78,9 +78,9 @@ k=0 38.8 / 78.0 / 43.6; REDDIT-BINARY d=2, k=0 (72 x 66, every fourth graph) 189
 / 2.99 ms. ``benchmarks/solver_phases.py`` shows where a solve's cycles go.
 
 Since then (``solver_settings.py --baseline 46916c6``, twelfth session of 2026-11-23, costs
-not padded by the caller, so each solve includes the padded copy): NCI1 d=2, k=0 10.4 us
-against 12.7 (1.22x; 28.3 pivots a solve instead of 34.1), ENZYMES d=3, k=1 40.2 against
-43.5, PROTEINS d=2, k=0 42.9 against 45.1, ENZYMES d=2, k=0 28.6 against 31.7.
+not padded by the caller, so each solve includes the padded copy): NCI1 d=2, k=0 9.7 us
+against 12.6 (1.31x; 28.3 pivots a solve instead of 34.1), ENZYMES d=3, k=1 38.3 against
+43.2, PROTEINS d=2, k=0 41.3 against 44.5, ENZYMES d=2, k=0 26.8 against 31.5.
 
 Developers: numba caches a caller by its own file, so after editing this module (or
 :mod:`mwsp_torch._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
