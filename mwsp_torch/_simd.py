@@ -45,6 +45,33 @@ VECTORS = 4
 STEP = LANES * VECTORS
 
 
+def _splat(builder, value):
+    """``value`` (a double) in every lane of one vector register."""
+    vector = ir.Constant(ir.VectorType(ir.DoubleType(), LANES), ir.Undefined)
+    for lane in range(LANES):
+        vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), lane))
+    return vector
+
+
+def _enter_loop(builder, name):
+    """Blocks ``NAME_loop`` and ``NAME_done`` after the current one, branched into the loop,
+    which the builder then fills. Returns ``(entry, loop, done)``."""
+    entry = builder.block
+    loop = builder.append_basic_block(f"{name}_loop")
+    done = builder.append_basic_block(f"{name}_done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    return entry, loop, done
+
+
+def _differences(builder, row_data, offset_data, at):
+    """``row[at : at + LANES] - offset[at : at + LANES]`` as one vector (unaligned loads)."""
+    vector_ptr = ir.VectorType(ir.DoubleType(), LANES).as_pointer()
+    values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
+    offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
+    return builder.fsub(values, offsets)
+
+
 @intrinsic
 def _min_difference_blocks(typingctx, row, offset, count):
     """``min(row[q] - offset[q] for q < count)``; ``count`` a positive multiple of ``STEP``.
@@ -64,18 +91,9 @@ def _min_difference_blocks(typingctx, row, offset, count):
         offset_data = context.make_array(signature.args[1])(context, builder, args[1]).data
         count_value = args[2]
         vector = ir.VectorType(ir.DoubleType(), LANES)
-        vector_ptr = vector.as_pointer()
         index_type = count_value.type
-        first = builder.fsub(builder.load(row_data), builder.load(offset_data))
-        start = ir.Constant(vector, ir.Undefined)
-        for lane in range(LANES):
-            start = builder.insert_element(start, first, ir.Constant(ir.IntType(32), lane))
-        entry = builder.block
-        loop = builder.append_basic_block("row_min_loop")
-        done = builder.append_basic_block("row_min_done")
-        builder.branch(loop)
-
-        builder.position_at_end(loop)
+        start = _splat(builder, builder.fsub(builder.load(row_data), builder.load(offset_data)))
+        entry, loop, done = _enter_loop(builder, "row_min")
         index = builder.phi(index_type)
         index.add_incoming(ir.Constant(index_type, 0), entry)
         lows = []
@@ -86,9 +104,7 @@ def _min_difference_blocks(typingctx, row, offset, count):
         updated = []
         for j, low in enumerate(lows):
             at = builder.add(index, ir.Constant(index_type, j * LANES))
-            values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
-            offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
-            difference = builder.fsub(values, offsets)
+            difference = _differences(builder, row_data, offset_data, at)
             updated.append(builder.select(builder.fcmp_ordered("<", difference, low), difference, low))
         next_index = builder.add(index, ir.Constant(index_type, STEP))
         index.add_incoming(next_index, loop)
@@ -152,15 +168,8 @@ def _padded_min_difference(typingctx, flat, start, offset, chunks):
         offset_data = context.make_array(signature.args[2])(context, builder, args[2]).data
         count = args[3]
         vector = ir.VectorType(ir.DoubleType(), LANES)
-        vector_ptr = vector.as_pointer()
         index_type = count.type
-
-        def difference(at):
-            values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
-            offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
-            return builder.fsub(values, offsets)
-
-        first = difference(ir.Constant(index_type, 0))
+        first = _differences(builder, row_data, offset_data, ir.Constant(index_type, 0))
         entry = builder.block
         loop = builder.append_basic_block("padded_min_loop")
         done = builder.append_basic_block("padded_min_done")
@@ -171,7 +180,7 @@ def _padded_min_difference(typingctx, flat, start, offset, chunks):
         chunk.add_incoming(ir.Constant(index_type, 1), entry)
         low = builder.phi(vector)
         low.add_incoming(first, entry)
-        values = difference(builder.mul(chunk, ir.Constant(index_type, LANES)))
+        values = _differences(builder, row_data, offset_data, builder.mul(chunk, ir.Constant(index_type, LANES)))
         updated = builder.select(builder.fcmp_ordered("<", values, low), values, low)
         next_chunk = builder.add(chunk, ir.Constant(index_type, 1))
         chunk.add_incoming(next_chunk, loop)
@@ -228,27 +237,15 @@ def _padded_first_equal(typingctx, flat, start, offset, chunks, value):
         row_data = builder.gep(row_data, [args[1]])
         offset_data = context.make_array(signature.args[2])(context, builder, args[2]).data
         count = args[3]
-        vector = ir.VectorType(ir.DoubleType(), LANES)
-        vector_ptr = vector.as_pointer()
         word = ir.IntType(64)
-        lanes = ir.IntType(32)
-        target = ir.Constant(vector, ir.Undefined)
-        for lane in range(LANES):
-            target = builder.insert_element(target, args[4], ir.Constant(lanes, lane))
-        entry = builder.block
-        loop = builder.append_basic_block("first_equal_loop")
-        done = builder.append_basic_block("first_equal_done")
-        builder.branch(loop)
-
-        builder.position_at_end(loop)
+        target = _splat(builder, args[4])
+        entry, loop, done = _enter_loop(builder, "first_equal")
         chunk = builder.phi(word)
         chunk.add_incoming(ir.Constant(word, 0), entry)
         bits = builder.phi(word)
         bits.add_incoming(ir.Constant(word, 0), entry)
         at = builder.mul(chunk, ir.Constant(word, LANES))
-        values = builder.load(builder.bitcast(builder.gep(row_data, [at]), vector_ptr), align=8)
-        offsets = builder.load(builder.bitcast(builder.gep(offset_data, [at]), vector_ptr), align=8)
-        equal = builder.fcmp_ordered("==", builder.fsub(values, offsets), target)
+        equal = builder.fcmp_ordered("==", _differences(builder, row_data, offset_data, at), target)
         mask = builder.zext(builder.bitcast(equal, ir.IntType(LANES)), word)
         updated = builder.or_(bits, builder.shl(mask, at))
         next_chunk = builder.add(chunk, ir.Constant(word, 1))
