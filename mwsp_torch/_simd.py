@@ -272,11 +272,19 @@ def padded_first_at(flat, start, offset, chunks, n, value):
     """
     q = _padded_first_equal(flat, start, offset, chunks, value)
     if q >= n:
-        q = 0
-        for j in range(1, n):
-            if flat[start + j] - offset[j] < flat[start + q] - offset[q]:
-                q = j
+        q = argmin_difference(flat[start : start + n], offset, n)
     return q
+
+
+@njit(cache=True, nogil=True)
+def argmin_difference(row, offset, n):
+    """The first ``q < n`` of the least ``row[q] - offset[q]``: the guard of the solver's
+    searches for a known minimum, which runs only if that minimum was not found."""
+    best = 0
+    for q in range(1, n):
+        if row[q] - offset[q] < row[best] - offset[best]:
+            best = q
+    return best
 
 
 @intrinsic

@@ -91,7 +91,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mwsp_torch._simd import LANES, lowest_bit, padded_first_at, padded_row_min
+from mwsp_torch._simd import LANES, argmin_difference, lowest_bit, padded_first_at, padded_row_min
 from mwsp_torch._simd import popcount as _popcount
 from mwsp_torch._simd import row_min as row_min_simd
 
@@ -125,11 +125,12 @@ CLOSED = 1e300
 #: Cells each line of Vogel's start remembers between scans (see :func:`_vogel_start`).
 VOGEL_CANDIDATES = 8
 
-#: Pricing and the start take the minima of rows of at least this many columns in vector
-#: registers (:func:`mwsp_torch._simd.row_min`), of shorter ones in one scalar running
-#: minimum (:func:`_row_min`): the vector minima cost a fixed ~10 ns to merge, and the two
-#: measured equal at 40 columns (16 columns: 5.9 against 16.3 ns; 64: 42.3 against 18.6 ns;
-#: DD's 243: 244 against 37 ns; this machine, one thread).
+#: Pricing and the start take the minima of rows of at least this many columns in four
+#: vector registers (:func:`mwsp_torch._simd.row_min`); shorter rows are padded to whole
+#: registers and take theirs in one (:func:`mwsp_torch._simd.padded_row_min`). The bound
+#: comes from the scalar running minimum those short rows used before (the four registers
+#: cost a fixed ~10 ns to merge, and the two measured equal at 40 columns: 16 columns 5.9
+#: against 16.3 ns; 64: 42.3 against 18.6 ns; DD's 243: 244 against 37 ns; this machine).
 ROW_MIN_SIMD = 40
 
 #: A solve gives up with an error after this many pivots per squared point count. With
@@ -426,7 +427,7 @@ def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_b
 
     Block search by whole rows from row ``p``: the most negative reduced cost in the first
     block of rows that has one. A row's minimum is a branch-free loop (padded rows:
-    :func:`mwsp_torch._simd.padded_row_min`, else :func:`_min_difference`), the best row kept
+    :func:`mwsp_torch._simd.padded_row_min`, else :func:`mwsp_torch._simd.row_min`), the best row kept
     by selects (1.02-1.03x on ENZYMES d=3,k=1 and PROTEINS solves over a branch); the
     entering column is then found in that row alone.
     """
@@ -441,7 +442,7 @@ def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_b
             if padded:
                 row_min = padded_row_min(flat, p * stride, demand_pot, chunks)
             else:
-                row_min = _min_difference(cost[p], demand_pot, n)
+                row_min = row_min_simd(cost[p], demand_pot, n)
             r = row_min - pot[p]
             better = r < best
             best = r if better else best
@@ -784,7 +785,7 @@ def _row_minimum_start(
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
     minimum (:func:`mwsp_torch._simd.padded_row_min` on padded rows, else
-    :func:`_min_difference`) and a search for the first column that attains it (padded rows:
+    :func:`mwsp_torch._simd.row_min`) and a search for the first column that attains it (padded rows:
     :func:`mwsp_torch._simd.padded_first_at`, branch-free; else a scan, unguarded, unlike
     :func:`_first_at`: a guard there measured 0.5 us slower per NCI1 solve).
 
@@ -838,7 +839,7 @@ def _start_row_min(cost, n, flat, stride, chunks, padded, offset, p):
     """Row ``p``'s cheapest open difference ``cost[p, q] - offset[q]`` (the start's choice)."""
     if padded:
         return padded_row_min(flat, p * stride, offset, chunks)
-    return _min_difference(cost[p], offset, n)
+    return row_min_simd(cost[p], offset, n)
 
 
 @njit(cache=True, nogil=True)
@@ -954,47 +955,17 @@ def _max(values, n):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _min_difference(row, offset, n):
-    """``min_q row[q] - offset[q]``: in vector registers from ``ROW_MIN_SIMD`` columns on,
-    else one scalar running minimum (both give one of the differences, bit for bit)."""
-    return row_min_simd(row, offset, n) if n >= ROW_MIN_SIMD else _row_min(row, offset, n)
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _row_min(row, demand_pot, n):
-    """``min_q row[q] - demand_pot[q]``, ``n >= 1``, one running minimum.
-
-    Fastmath lets the reduction run in any order (no infinities may occur, hence the
-    finite ``CLOSED``). Not inlined: an inlined body takes its caller's strict flags, and
-    was measured slower so. The result is one of the differences, bit for bit:
-    :func:`_first_at` relies on that. Long rows use :func:`mwsp_torch._simd.row_min`.
-    """
-    low = row[0] - demand_pot[0]
-    for q in range(1, n):
-        low = min(low, row[q] - demand_pot[q])
-    return low
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _first_at(row, offset, n, low):
-    """The first ``q`` with ``row[q] - offset[q] == low``, the minimum :func:`_row_min` gave
-    (the same subtractions, so one scan with one mispredicted branch, not a running argmin;
-    :func:`_argmin_at` is a guard that runs only if a compiler ever broke that equality)."""
+    """The first ``q`` with ``row[q] - offset[q] == low``, the minimum
+    :func:`mwsp_torch._simd.row_min` gave (the same subtractions, so one scan with one
+    mispredicted branch, not a running argmin; :func:`mwsp_torch._simd.argmin_difference`
+    is a guard that runs only if a compiler ever broke that equality)."""
     q = 0
     while q < n and row[q] - offset[q] != low:
         q += 1
     if q == n:
-        q = _argmin_at(row, offset, n)
+        q = argmin_difference(row, offset, n)
     return q
-
-
-@njit(cache=True, nogil=True)
-def _argmin_at(row, offset, n):
-    best = 0
-    for q in range(1, n):
-        if row[q] - offset[q] < row[best] - offset[best]:
-            best = q
-    return best
 
 
 @njit(cache=True, nogil=True)
