@@ -308,12 +308,10 @@ def _build(jit):
             pot[w] += shift_supply if w < m else -shift_supply
 
     @jit
-    def solve(m, n, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc, pot, head, nxt,
-              stack, cyc_arc, cyc_node, stem, down, offset, lows, rows):  # fmt: skip
+    def solve(m, n, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc, pot, stack,
+              cyc_arc, cyc_node, stem, down, offset, lows, rows):  # fmt: skip
         """Optimal cost of the ``m x n`` problem (masses in ``rs_u``, ``rd_u``; ``cost`` row
-        major), not divided by the total mass; ``-1.0`` if the pivot limit is reached.
-        ``head`` and ``nxt`` are no longer used (the first tree comes from the start); the
-        kernels' positional local arrays still hold them."""
+        major), not divided by the total mass; ``-1.0`` if the pivot limit is reached."""
         num_nodes = m + n
         num_basic = num_nodes - 1
         for p in range(m):
@@ -392,7 +390,7 @@ def _build(jit):
     @jit
     def solve_pair(t, pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status,
                    pos_ids, neg_ids, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc,
-                   pot, head, nxt, stack, cyc_arc, cyc_node, stem, down, offset, lows, rows):  # fmt: skip
+                   pot, stack, cyc_arc, cyc_node, stem, down, offset, lows, rows):  # fmt: skip
         """Pair ``t``: cancel, gather costs, solve; writes ``out[t]`` (W) and ``status[t]``."""
         g = pairs[t, 0]
         h = pairs[t, 1]
@@ -408,8 +406,8 @@ def _build(jit):
             for q in range(n):
                 cost[p * n + q] = table[pos_ids[p], neg_ids[q]]
         total = solve(
-            m, n, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc, pot, head, nxt, stack,
-            cyc_arc, cyc_node, stem, down, offset, lows, rows,
+            m, n, cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, anc, pot, stack, cyc_arc,
+            cyc_node, stem, down, offset, lows, rows,
         )  # fmt: skip
         if total < 0.0:
             status[t] = PIVOT_LIMIT
@@ -434,8 +432,8 @@ def cpu_kernel():
             num = pairs.shape[0]
             chunk = CPU_CHUNK
             for c in prange((num + chunk - 1) // chunk):
-                small = np.empty((10, MAX_NODES + 1), dtype=np.int32)  # indices
-                wide = np.empty((3, 2 * MAX_NODES), dtype=np.int32)
+                small = np.empty((9, MAX_NODES + 1), dtype=np.int32)  # indices
+                wide = np.empty((2, 2 * MAX_NODES), dtype=np.int32)
                 big = np.empty((8, MAX_NODES + 1), dtype=np.int64)  # masses, flows, masks
                 floats = np.empty((3, MAX_NODES + 1), dtype=np.float64)
                 cost = np.empty(MAX_ARCS, dtype=np.float64)
@@ -443,8 +441,8 @@ def cpu_kernel():
                     solve_pair(
                         t, pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status,
                         small[0], small[1], cost, big[0], big[1], big[2], big[3], small[2], small[3], big[4], big[5],
-                        small[4], small[5], big[6], floats[0], small[6], wide[0], small[7], wide[1], wide[2], small[8],
-                        big[7], floats[1], floats[2], small[9],
+                        small[4], small[5], big[6], floats[0], small[6], wide[0], wide[1], small[7], big[7], floats[1],
+                        floats[2], small[8],
                     )  # fmt: skip
 
         _KERNELS["cpu"] = kernel
@@ -475,8 +473,8 @@ def cuda_kernel():
                     cuda.local.array(nodes, int64), cuda.local.array(nodes, int32), cuda.local.array(nodes, int32),
                     cuda.local.array(nodes, int64), cuda.local.array(nodes, int64), cuda.local.array(nodes, int32),
                     cuda.local.array(nodes, int32), cuda.local.array(nodes, int64), cuda.local.array(nodes, float64),
-                    cuda.local.array(nodes, int32), cuda.local.array(wide, int32), cuda.local.array(nodes, int32),
-                    cuda.local.array(wide, int32), cuda.local.array(wide, int32), cuda.local.array(nodes, int32),
+                    cuda.local.array(nodes, int32), cuda.local.array(wide, int32), cuda.local.array(wide, int32),
+                    cuda.local.array(nodes, int32),
                     cuda.local.array(nodes, int64), cuda.local.array(nodes, float64), cuda.local.array(nodes, float64),
                     cuda.local.array(nodes, int32),
                 )  # fmt: skip
