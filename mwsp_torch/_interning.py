@@ -23,8 +23,25 @@ PAIR = types.UniTuple(types.int64, 2)
 
 
 def new_table() -> Dict:
-    """An empty pair -> ID table (a numba typed dict)."""
+    """An empty pair -> ID table (a numba typed dict).
+
+    Made by a cached compiled function: ``Dict.empty`` called from Python compiles its
+    constructor afresh in every process (about 0.4 s, the first ``fit``'s largest cost on
+    400 NCI1 graphs), which numba's disk cache does not keep.
+    """
+    return _empty_table()
+
+
+@njit(cache=True)
+def _empty_table():
     return Dict.empty(key_type=PAIR, value_type=types.int64)
+
+
+@njit(cache=True)
+def table_len(table):
+    """``len(table)``, compiled once and cached (``len`` from Python compiles afresh in every
+    process, as ``Dict.empty`` does)."""
+    return len(table)
 
 
 @njit(cache=True, nogil=True)
@@ -42,7 +59,7 @@ def intern_pair(frozen, fresh, offset, a, b):
 
 def table_to_arrays(table: Dict) -> tuple[np.ndarray, np.ndarray]:
     """Serialise a table as ``(keys [n, 2], values [n])`` for pickling."""
-    n = len(table)
+    n = table_len(table)
     keys = np.empty((n, 2), dtype=np.int64)
     values = np.empty(n, dtype=np.int64)
     _fill_arrays(table, keys, values)
@@ -84,12 +101,12 @@ class Vocabulary:
         self.table = new_table()
 
     def __len__(self) -> int:
-        return len(self.table)
+        return table_len(self.table)
 
     @property
     def size(self) -> int:
         """One past the largest ID handed out."""
-        return self.offset + len(self.table)
+        return self.offset + table_len(self.table)
 
     def __getstate__(self) -> dict:
         keys, values = table_to_arrays(self.table)
