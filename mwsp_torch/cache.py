@@ -28,7 +28,7 @@ def cached_distances(
     labels: str = "auto",
     solver: str = "exact",
     blur: float = 0.01,
-    n_jobs: int = 1,
+    n_jobs: int = -1,
     device: str = "cpu",
     exact_engine: str = "compiled",
     checkpoint: str | None = None,

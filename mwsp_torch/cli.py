@@ -55,7 +55,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         help="exact W from the compiled CPU engine (default), the torch batched simplex on --device, "
         "or one pair per CUDA thread on --device (thread)",
     )
-    parser.add_argument("--n-jobs", type=int, default=1, help="threads for the exact solver (-1: all cores)")
+    parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
     parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 

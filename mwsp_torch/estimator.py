@@ -64,7 +64,9 @@ class MWSP(TransformerMixin, BaseEstimator):
             ``device``, pairs over 63 points after cancelling handed to the compiled
             engine; on ``device="cpu"`` the same solver compiled for the CPU (slower than
             ``"compiled"``; how it is tested); no checkpoints.
-        n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``1``).
+        n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``-1``:
+            like torch's own operations, and unlike scikit-learn's ``None``, a fit uses every
+            core unless told otherwise; the distances do not depend on it).
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
             and more accurate (default ``0.99``; see ``benchmarks/README.md``).
@@ -95,7 +97,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         labels: str = "auto",
         device: str = "cpu",
         exact_engine: str = "compiled",
-        n_jobs: int = 1,
+        n_jobs: int = -1,
         blur: float = 0.01,
         scaling: float = 0.99,
         checkpoint: str | None = None,

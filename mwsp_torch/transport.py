@@ -518,7 +518,7 @@ def exact_distances(
     left: SupportSet,
     right: SupportSet,
     pairs: np.ndarray,
-    n_jobs: int = 1,
+    n_jobs: int = -1,
     tile_size: int = 1 << 16,
     table_bytes: int = 1 << 27,
     checkpoint: str | os.PathLike | None = None,
@@ -535,7 +535,7 @@ def exact_distances(
         left (SupportSet): graphs of the first index.
         right (SupportSet): graphs of the second index, sharing ``left``'s row bank.
         pairs (np.ndarray): ``[m, 2]`` pairs of graph indices.
-        n_jobs (int): threads (default ``1``; ``-1`` for all cores).
+        n_jobs (int): threads (default ``-1``: all cores).
         tile_size (int): pairs per tile, the unit of progress and checkpoints (default ``65536``).
         table_bytes (int): with ``costs="auto"``, precompute all row-to-row distances
             when that table fits in this many bytes (default 128 MiB; a larger table
@@ -1158,7 +1158,7 @@ def thread_exact_distances(
     device: str = "cpu",
     chunk_size: int = 1 << 21,
     table_bytes: int = 1 << 30,
-    n_jobs: int = 1,
+    n_jobs: int = -1,
     threads_per_block: int = 128,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
@@ -1180,7 +1180,7 @@ def thread_exact_distances(
         chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**21``).
         table_bytes (int): the most bytes the distance table may take (default 1 GiB):
             this engine is for datasets of small graphs.
-        n_jobs (int): host threads for the CPU kernel and for the large pairs.
+        n_jobs (int): host threads for the CPU kernel and for the large pairs (default ``-1``: all).
         threads_per_block (int): CUDA threads per block (default ``128``).
 
     Returns:
