@@ -94,7 +94,7 @@ def add_run_arguments(parser, datasets) -> None:
     parser.add_argument("--d", type=int, nargs="+", default=list(range(7)))
     parser.add_argument("--k", type=int, nargs="+", default=list(range(7)))
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds of distance computation per dataset")
-    parser.add_argument("--n-jobs", type=int, default=2, help="threads for the exact solver")
+    parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
     parser.add_argument("--eval-jobs", type=int, default=2, help="processes over outer folds of the SVM protocols")
 
 
@@ -114,7 +114,7 @@ def take_subset(name: str, graphs, y, size: int, seed: int = 0):
     return [graphs[i] for i in keep], np.asarray(y)[keep], f"{name}-subset{size}", text
 
 
-def distances(name: str, graphs, labels: str, d: int, k: int, n_jobs: int = 2, progress: bool = True):
+def distances(name: str, graphs, labels: str, d: int, k: int, n_jobs: int = -1, progress: bool = True):
     """Cached W for one setting, and the seconds the run that computed it took.
 
     While a matrix is being computed its finished tiles are kept under the cache

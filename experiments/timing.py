@@ -26,7 +26,7 @@ from mwsp_torch import MWSP
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(TU_DATASETS))
-    parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("--n-jobs", type=int, default=-1)
     parser.add_argument("--from-cache", nargs="*", default=[], help="datasets timed from their cached W's record")
     parser.add_argument(
         "--subset",
