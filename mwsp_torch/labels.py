@@ -181,28 +181,73 @@ def _is_one_hot(lab: np.ndarray) -> bool:
     return lab.ndim == 2 and lab.shape[1] >= 2 and bool(np.all((lab == 0) | (lab == 1)) and np.all(lab.sum(1) == 1))
 
 
-def _label_matrix(data, index: int, num_nodes: int) -> tuple[np.ndarray, str] | None:
-    """Integer label rows from ``node_label`` or ``x`` (``x`` not yet decoded from one-hot) and
-    their source; None if neither."""
+def _raw_labels(data, index: int) -> tuple[np.ndarray, str] | None:
+    """``node_label`` or else ``x`` as a numpy array, unchecked, with its source; None if neither."""
     node_label = getattr(data, "node_label", None)
     if node_label is not None:
-        lab = _as_numpy(node_label, "node_label", index)
-        if not np.issubdtype(lab.dtype, np.integer):
-            raise ValueError(f"graph {index}: node_label must be an integer tensor, got {lab.dtype}")
-        source = "node_label"
-    else:
-        x = getattr(data, "x", None)
-        if x is None:
+        return _as_numpy(node_label, "node_label", index), "node_label"
+    x = getattr(data, "x", None)
+    if x is None:
+        return None
+    return _as_numpy(x, "x", index), "x"
+
+
+def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.ndarray | None:
+    """All graphs' label rows, checked and decoded as :func:`_checked_labels` and
+    :func:`_apply_scheme` would do graph by graph, but by a few numpy calls on their
+    concatenation; None (the scheme untouched) when the graphs differ in source, shape or
+    dtype, or fail a check: the caller then goes graph by graph, which names the graph.
+
+    Graph by graph cost about 20 us a graph in numpy calls on 30-row arrays, a third of
+    the features of the 400-NCI1 check.
+    """
+    if not raw:
+        return None
+    source = raw[0][1]
+    first = raw[0][0]
+    ndim, dtype = first.ndim, first.dtype
+    if ndim not in (1, 2) or any(s != source or a.ndim != ndim or a.dtype != dtype for a, s in raw):
+        return None
+    if ndim == 2 and (first.shape[1] == 0 or any(a.shape[1] != first.shape[1] for a, _ in raw)):
+        return None
+    if not np.array_equal(np.fromiter((a.shape[0] for a, _ in raw), dtype=np.int64, count=len(raw)), sizes):
+        return None
+    lab = np.concatenate([a for a, _ in raw])
+    if not np.issubdtype(dtype, np.integer):
+        if source == "node_label" or not np.all(np.isfinite(lab)) or np.any(lab != np.round(lab)):
             return None
-        lab = _as_numpy(x, "x", index)
-        if not np.issubdtype(lab.dtype, np.integer):
-            if not np.all(np.isfinite(lab)) or np.any(lab != np.round(lab)):
-                raise ValueError(
-                    f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
-                    "(pass node_label, or labels='degree'/'uniform')"
-                )
-            lab = lab.astype(np.int64)
-        source = "x"
+    lab = lab.astype(np.int64)
+    if ndim == 1:
+        lab = lab[:, None]
+    if lab.size and lab.min() < 0:
+        return None
+    decode = False
+    one_hot_x = scheme.one_hot_x
+    if source == "x" and one_hot_x is not False:
+        all_one_hot = _is_one_hot(lab)  # equal widths: the concatenation is one-hot iff every graph is
+        if one_hot_x is None:
+            one_hot_x = all_one_hot
+        if one_hot_x and not all_one_hot:
+            return None
+        decode = one_hot_x
+    width = 1 if decode else lab.shape[1]
+    if scheme.width is not None and width != scheme.width:
+        return None
+    scheme.one_hot_x, scheme.width = one_hot_x, width
+    return lab.argmax(1)[:, None] if decode else lab
+
+
+def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) -> np.ndarray:
+    """One graph's integer label rows (``x`` not yet decoded from one-hot), checked."""
+    if not np.issubdtype(lab.dtype, np.integer):
+        if source == "node_label":
+            raise ValueError(f"graph {index}: node_label must be an integer tensor, got {lab.dtype}")
+        if not np.all(np.isfinite(lab)) or np.any(lab != np.round(lab)):
+            raise ValueError(
+                f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
+                "(pass node_label, or labels='degree'/'uniform')"
+            )
+        lab = lab.astype(np.int64)
     if lab.ndim == 1:
         lab = lab[:, None]
     if lab.ndim != 2 or lab.shape[0] != num_nodes or lab.shape[1] == 0:
@@ -211,7 +256,7 @@ def _label_matrix(data, index: int, num_nodes: int) -> tuple[np.ndarray, str] | 
         )
     if lab.size and lab.min() < 0:
         raise ValueError(f"graph {index}: {source} has a negative label ({int(lab.min())})")
-    return lab.astype(np.int64), source
+    return lab.astype(np.int64)
 
 
 def _as_graph_list(graphs) -> Sequence:
@@ -248,26 +293,29 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
     if scheme is None:
         scheme = LabelScheme()
     sizes = np.empty(len(graphs), dtype=np.int64)
-    edges, label_rows, sources = [], [], []
+    edges, raw = [], []
     for i, data in enumerate(graphs):
-        n = sizes[i] = _num_nodes(data, i)
+        sizes[i] = _num_nodes(data, i)
         edges.append(_edge_index(data, i))
         if labels == "auto":
-            found = _label_matrix(data, i, n)
+            found = _raw_labels(data, i)
             if found is None:
                 raise ValueError(f"graph {i}: has neither node_label nor x; choose labels='degree' or labels='uniform'")
-            lab, source = found
-            label_rows.append(lab)
-            sources.append(source)
+            raw.append(found)
     ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
     indptr, flat_indices = _adjacency(edges, ptr)
-    if labels != "auto":
-        per_node = np.diff(indptr) if labels == "degree" else np.zeros(ptr[-1], dtype=np.int64)
-        label_rows = np.split(per_node[:, None], ptr[1:-1])
-        sources = [labels] * len(graphs)
-    _apply_scheme(label_rows, sources, scheme)
-    label_mat = np.concatenate(label_rows)
+    label_mat = _labels_at_once(raw, sizes, scheme) if labels == "auto" else None
+    if label_mat is None:  # graph by graph: other policies, and any input the fast path declines
+        if labels == "auto":
+            label_rows = [_checked_labels(lab, source, i, sizes[i]) for i, (lab, source) in enumerate(raw)]
+            sources = [source for _, source in raw]
+        else:
+            per_node = np.diff(indptr) if labels == "degree" else np.zeros(ptr[-1], dtype=np.int64)
+            label_rows = np.split(per_node[:, None], ptr[1:-1])
+            sources = [labels] * len(graphs)
+        _apply_scheme(label_rows, sources, scheme)
+        label_mat = np.concatenate(label_rows)
     if label_mat.shape[1] == 1:
         node_labels = label_mat[:, 0].copy()
     else:
