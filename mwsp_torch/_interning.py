@@ -4,89 +4,153 @@ A tree code ``(label, c1, ..., cm)`` or a path representation ``(t0, ..., tj)``
 is interned as a chain of pairs in a trie: ``h = intern(-1, first)`` then
 ``h = intern(h, next)`` for each further element. Two sequences get the same ID
 iff they are equal, because each trie node is keyed by its exact parent and
-element (a dictionary lookup, never an unchecked hash).
+element (a table lookup that compares both, never an unchecked hash).
 
 Fitting and transforming differ only in which table may grow: lookups go to
 ``frozen`` (what ``fit`` learned) first, and unseen keys are added to ``fresh``
 with IDs ``offset + len(fresh)``. ``fit`` passes an empty ``frozen`` and keeps
 ``fresh``; ``transform`` passes the fitted table as ``frozen`` and throws
 ``fresh`` away, so the fitted vocabulary is never mutated.
+
+A table is one int64 array: ``[count, mask]`` then ``mask + 1`` slots of
+``(a, b, id)``, open addressing with linear probing, at most half full (a full
+one is copied into one twice the size, so :func:`intern_pair` returns the table
+it wrote to, which the caller keeps). Why not numba's typed dict, as until the
+thirteenth session of 2026-11-23: a typed dict with tuple keys took about 95 ns an
+intern, this table about 15 ns (one million interns, one thread), and interning was
+about half of the features' time (``benchmarks/README.md``). The IDs are the same:
+both hand them out in the order keys are first seen.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
-PAIR = types.UniTuple(types.int64, 2)
-
-
-def new_table() -> Dict:
-    """An empty pair -> ID table (a numba typed dict).
-
-    Made by a cached compiled function: ``Dict.empty`` called from Python compiles its
-    constructor afresh in every process (about 0.4 s, the first ``fit``'s largest cost on
-    400 NCI1 graphs), which numba's disk cache does not keep.
-    """
-    return _empty_table()
+#: An unused slot's ID (IDs are offsets plus counts, never negative).
+EMPTY = -1
+#: Entries before the slots: the count of keys and the slot mask.
+HEADER = 2
+#: Slots of a new table (a power of two).
+INITIAL_SLOTS = 64
 
 
-@njit(cache=True)
-def _empty_table():
-    return Dict.empty(key_type=PAIR, value_type=types.int64)
+def new_table(slots: int = INITIAL_SLOTS) -> np.ndarray:
+    """An empty pair -> ID table with ``slots`` slots (a power of two)."""
+    if slots < 2 or slots & (slots - 1):
+        raise ValueError(f"slots must be a power of two >= 2, got {slots}")
+    table = np.full(HEADER + 3 * slots, EMPTY, dtype=np.int64)
+    table[0] = 0
+    table[1] = slots - 1
+    return table
 
 
-@njit(cache=True)
-def table_len(table):
-    """``len(table)``, compiled once and cached (``len`` from Python compiles afresh in every
-    process, as ``Dict.empty`` does)."""
-    return len(table)
+@njit(cache=True, nogil=True, inline="always")
+def _slot(a, b, mask):
+    """The first slot to probe for ``(a, b)``: murmur3's 64-bit finaliser of a mix of both
+    (float bit patterns as ``b`` vary only in their high bits, so those must reach the mask)."""
+    x = a * np.int64(-7046029254386353131) + b
+    x ^= (x >> 33) & np.int64(0x7FFFFFFF)
+    x *= np.int64(-49064778989728563)
+    x ^= (x >> 33) & np.int64(0x7FFFFFFF)
+    x *= np.int64(-4265267296055464877)
+    x ^= (x >> 33) & np.int64(0x7FFFFFFF)
+    return x & mask
 
 
 @njit(cache=True, nogil=True)
+def _doubled(table):
+    """``table`` copied into one of twice as many slots."""
+    old_slots = table[1] + 1
+    mask = 2 * old_slots - 1
+    out = np.full(HEADER + 3 * (mask + 1), EMPTY, dtype=np.int64)
+    out[0] = table[0]
+    out[1] = mask
+    for s in range(old_slots):
+        base = HEADER + 3 * s
+        if table[base + 2] != EMPTY:
+            i = _slot(table[base], table[base + 1], mask)
+            while out[HEADER + 3 * i + 2] != EMPTY:
+                i = (i + 1) & mask
+            out[HEADER + 3 * i] = table[base]
+            out[HEADER + 3 * i + 1] = table[base + 1]
+            out[HEADER + 3 * i + 2] = table[base + 2]
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lookup(table, a, b):
+    """ID of ``(a, b)`` in ``table``, or ``EMPTY``."""
+    mask = table[1]
+    i = _slot(a, b, mask)
+    while True:
+        base = HEADER + 3 * i
+        found = table[base + 2]
+        if found == EMPTY or (table[base] == a and table[base + 1] == b):
+            return found
+        i = (i + 1) & mask
+
+
+@njit(cache=True, nogil=True, inline="always")
 def intern_pair(frozen, fresh, offset, a, b):
-    """ID of the pair ``(a, b)``, adding it to ``fresh`` when unseen."""
-    key = (a, b)
-    if key in frozen:
-        return frozen[key]
-    if key in fresh:
-        return fresh[key]
-    new_id = offset + len(fresh)
-    fresh[key] = new_id
-    return new_id
+    """``(ID of the pair (a, b), fresh)``: the pair is added to ``fresh`` when unseen, and
+    ``fresh`` is the table to keep using (a larger copy once the old one is half full)."""
+    if frozen[0] > 0:
+        found = lookup(frozen, a, b)
+        if found != EMPTY:
+            return found, fresh
+    mask = fresh[1]
+    i = _slot(a, b, mask)
+    while True:
+        base = HEADER + 3 * i
+        found = fresh[base + 2]
+        if found == EMPTY:
+            break
+        if fresh[base] == a and fresh[base + 1] == b:
+            return found, fresh
+        i = (i + 1) & mask
+    new_id = offset + fresh[0]
+    fresh[base] = a
+    fresh[base + 1] = b
+    fresh[base + 2] = new_id
+    fresh[0] += 1
+    if 2 * fresh[0] > mask:
+        fresh = _doubled(fresh)
+    return new_id, fresh
 
 
-def table_to_arrays(table: Dict) -> tuple[np.ndarray, np.ndarray]:
-    """Serialise a table as ``(keys [n, 2], values [n])`` for pickling."""
-    n = table_len(table)
-    keys = np.empty((n, 2), dtype=np.int64)
-    values = np.empty(n, dtype=np.int64)
-    _fill_arrays(table, keys, values)
-    return keys, values
+def table_to_arrays(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Serialise a table as ``(keys [n, 2], values [n])``, in ID order, for pickling."""
+    slots = table[HEADER:].reshape(-1, 3)
+    used = slots[slots[:, 2] != EMPTY]
+    used = used[np.argsort(used[:, 2], kind="stable")]
+    return np.ascontiguousarray(used[:, :2]), np.ascontiguousarray(used[:, 2])
 
 
-def table_from_arrays(keys: np.ndarray, values: np.ndarray) -> Dict:
+def table_from_arrays(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Inverse of :func:`table_to_arrays`."""
-    table = new_table()
+    slots = INITIAL_SLOTS
+    while 2 * len(values) > slots - 1:
+        slots *= 2
+    table = new_table(slots)
     _fill_table(table, np.ascontiguousarray(keys, dtype=np.int64), np.ascontiguousarray(values, dtype=np.int64))
     return table
 
 
 @njit(cache=True)
-def _fill_arrays(table, keys, values):
-    i = 0
-    for key, value in table.items():
-        keys[i, 0] = key[0]
-        keys[i, 1] = key[1]
-        values[i] = value
-        i += 1
-
-
-@njit(cache=True)
 def _fill_table(table, keys, values):
-    for i in range(values.shape[0]):
-        table[(keys[i, 0], keys[i, 1])] = values[i]
+    mask = table[1]
+    for t in range(values.shape[0]):
+        a, b = keys[t, 0], keys[t, 1]
+        i = _slot(a, b, mask)
+        while table[HEADER + 3 * i + 2] != EMPTY:
+            if table[HEADER + 3 * i] == a and table[HEADER + 3 * i + 1] == b:
+                raise ValueError("table_from_arrays: a key occurs twice")
+            i = (i + 1) & mask
+        table[HEADER + 3 * i] = a
+        table[HEADER + 3 * i + 1] = b
+        table[HEADER + 3 * i + 2] = values[t]
+    table[0] = values.shape[0]
 
 
 class Vocabulary:
@@ -94,6 +158,10 @@ class Vocabulary:
 
     Args:
         offset (int): the first ID handed out (default ``0``).
+
+    Attributes:
+        table (np.ndarray): the table (see the module docstring); a compiled kernel that
+            interns into it returns the table to keep, which the caller stores here.
     """
 
     def __init__(self, offset: int = 0) -> None:
@@ -101,12 +169,12 @@ class Vocabulary:
         self.table = new_table()
 
     def __len__(self) -> int:
-        return table_len(self.table)
+        return int(self.table[0])
 
     @property
     def size(self) -> int:
         """One past the largest ID handed out."""
-        return self.offset + table_len(self.table)
+        return self.offset + len(self)
 
     def __getstate__(self) -> dict:
         keys, values = table_to_arrays(self.table)

@@ -351,7 +351,10 @@ def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
 
 def intern_rows(rows: np.ndarray, vocab: Vocabulary) -> np.ndarray:
     """One categorical ID per distinct integer row, exact (a trie of pairs); grows ``vocab``."""
-    return _intern_rows(np.ascontiguousarray(rows, dtype=np.int64), Vocabulary().table, vocab.table, vocab.offset)
+    out, vocab.table = _intern_rows(
+        np.ascontiguousarray(rows, dtype=np.int64), Vocabulary().table, vocab.table, vocab.offset
+    )
+    return out
 
 
 @njit(cache=True)
@@ -360,6 +363,6 @@ def _intern_rows(rows, frozen, fresh, offset):
     for i in range(rows.shape[0]):
         h = -1
         for j in range(rows.shape[1]):
-            h = intern_pair(frozen, fresh, offset, h, rows[i, j])
+            h, fresh = intern_pair(frozen, fresh, offset, h, rows[i, j])
         out[i] = h
-    return out
+    return out, fresh

@@ -43,7 +43,7 @@ def _grow(arr, need):
 def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset, lo, hi, row_ptr, cols, vals, nnz):
     """Rows of nodes ``lo .. hi - 1``, whole graphs (a BFS never leaves its graph, so the
     per-node arrays are indexed from ``lo``), appended to ``cols``/``vals`` after entry ``nnz``
-    and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz)``, the buffers grown
+    and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz, fresh)``, the buffers grown
     by doubling: one pair of buffers serves every run, as in a single call (buffers per run
     raised the peak RSS of REDDIT-BINARY d=2,k=2's features by 0.35 GiB)."""
     num_nodes = hi - lo
@@ -90,7 +90,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
         for s in range(num_scales):
             n_st = 1
             st_node[0] = v
-            st_rep[0] = intern_pair(frozen, fresh, offset, -1 - s, tree_ids[v, s])
+            st_rep[0], fresh = intern_pair(frozen, fresh, offset, -1 - s, tree_ids[v, s])
             st_cnt[0] = 1
             for level in range(d + 1):
                 # Emit this level's states.
@@ -117,7 +117,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                                 nx_rep = _grow(nx_rep, n_nx + 1)
                                 nx_cnt = _grow(nx_cnt, n_nx + 1)
                             nx_node[n_nx] = w
-                            nx_rep[n_nx] = intern_pair(frozen, fresh, offset, st_rep[i], tree_ids[w, s])
+                            nx_rep[n_nx], fresh = intern_pair(frozen, fresh, offset, st_rep[i], tree_ids[w, s])
                             nx_cnt[n_nx] = st_cnt[i]
                             n_nx += 1
                 if n_nx == 0:
@@ -161,7 +161,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
         row_ptr[v + 1] = nnz
         for i in range(tail):
             dist[order[i] - lo] = -1
-    return cols, vals, nnz
+    return cols, vals, nnz, fresh
 
 
 def node_feature_maps(
@@ -203,7 +203,7 @@ def node_feature_maps(
     nnz = 0
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         lo, hi = int(graph_set.ptr[first]), int(graph_set.ptr[stop])
-        cols, vals, nnz = _path_features_kernel(
+        cols, vals, nnz, vocab.table = _path_features_kernel(
             graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
             vocab.offset, lo, hi, row_ptr, cols, vals, nnz,
         )  # fmt: skip

@@ -140,11 +140,11 @@ def _intern_sparse_rows(indptr, indices, data, chain_frozen, chain_fresh, chain_
     for i in range(out.shape[0]):
         h = -1
         for e in range(indptr[i], indptr[i + 1]):
-            h = intern_pair(chain_frozen, chain_fresh, chain_offset, h, indices[e])
-            h = intern_pair(chain_frozen, chain_fresh, chain_offset, h, bits[e])
+            h, chain_fresh = intern_pair(chain_frozen, chain_fresh, chain_offset, h, indices[e])
+            h, chain_fresh = intern_pair(chain_frozen, chain_fresh, chain_offset, h, bits[e])
         # The chain's trie has a node per prefix; a second table numbers whole rows densely.
-        out[i] = intern_pair(frozen, fresh, offset, -1, h)
-    return out
+        out[i], fresh = intern_pair(frozen, fresh, offset, -1, h)
+    return out, chain_fresh, fresh
 
 
 class RowVocabulary:
@@ -170,7 +170,7 @@ class RowVocabulary:
         chain_frozen = self.frozen.chain.table if self.frozen else empty
         rows_frozen = self.frozen.rows.table if self.frozen else empty
         data = np.ascontiguousarray(features.data, dtype=np.float64) + 0.0  # -0.0 becomes 0.0
-        return _intern_sparse_rows(
+        out, self.chain.table, self.rows.table = _intern_sparse_rows(
             features.indptr.astype(np.int64),
             features.indices.astype(np.int64),
             data,
@@ -181,6 +181,7 @@ class RowVocabulary:
             self.rows.table,
             self.rows.offset,
         )
+        return out
 
 
 def collapse(row_ids: np.ndarray, ptr: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -29,17 +29,19 @@ from mwsp_torch.labels import CHUNK_NODES, GraphSet, LabelScheme, graph_chunks, 
 
 @njit(cache=True, nogil=True)
 def _label_ids_kernel(labels, k, frozen, fresh, offset):
-    """``[num_nodes, k + 1]`` tree IDs with scale 0 (the labels as depth-0 trees) filled in."""
+    """``[num_nodes, k + 1]`` tree IDs with scale 0 (the labels as depth-0 trees) filled in,
+    and the ``fresh`` table to keep."""
     out = np.empty((labels.shape[0], k + 1), dtype=np.int64)
     for u in range(labels.shape[0]):
-        out[u, 0] = intern_pair(frozen, fresh, offset, -1, labels[u])
-    return out
+        out[u, 0], fresh = intern_pair(frozen, fresh, offset, -1, labels[u])
+    return out, fresh
 
 
 @njit(cache=True, nogil=True)
 def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first, stop):
     """Scales ``1..k`` of ``out`` for the nodes of graphs ``first .. stop - 1`` (a BFS never
-    leaves its graph, so the per-node arrays are indexed from the first of those nodes)."""
+    leaves its graph, so the per-node arrays are indexed from the first of those nodes).
+    Returns the ``fresh`` table to keep."""
     lo = ptr[first]
     num_nodes = ptr[stop] - lo
     max_size = 1
@@ -91,12 +93,13 @@ def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first,
                 if m > 0:
                     sorted_children = np.sort(children[:m])
                     for j in range(m):
-                        h = intern_pair(frozen, fresh, offset, h, sorted_children[j])
+                        h, fresh = intern_pair(frozen, fresh, offset, h, sorted_children[j])
                 cur[i] = h
             out[v, r] = cur[0]
             prev, cur = cur, prev
         for i in range(tail):
             dist[order[i] - lo] = -1
+    return fresh
 
 
 def tree_ids(
@@ -126,10 +129,10 @@ def tree_ids(
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
-    out = _label_ids_kernel(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
+    out, vocab.table = _label_ids_kernel(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         if k > 0:
-            _tree_ids_kernel(
+            vocab.table = _tree_ids_kernel(
                 graph_set.ptr, graph_set.indptr, graph_set.indices, k, frozen_table, vocab.table, vocab.offset, out,
                 first, stop,
             )  # fmt: skip
