@@ -29,6 +29,11 @@ from mwsp_torch.labels import CHUNK_NODES, GraphSet, graph_chunks
 
 PATH_MODES = ("split", "all")
 
+#: Sorts of at most this many entries (a node's paths, nearly always) are insertion sorts
+#: into a kept buffer: ``np.argsort`` allocates, and on such short arrays its calls were
+#: most of a node's time. Longer ones (hubs of REDDIT-BINARY) keep ``np.argsort``.
+SMALL_SORT = 32
+
 
 @njit(cache=True, nogil=True)
 def _grow(arr, need):
@@ -37,6 +42,36 @@ def _grow(arr, need):
     new = np.empty(max(need, 2 * arr.shape[0]), dtype=arr.dtype)
     new[: arr.shape[0]] = arr
     return new
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insertion_order(key, n, perm):
+    """``perm[:n]``: the indices ``0 .. n - 1`` by ascending ``key``, ties in index order."""
+    for j in range(n):
+        x = key[j]
+        i = j
+        while i > 0 and key[perm[i - 1]] > x:
+            perm[i] = perm[i - 1]
+            i -= 1
+        perm[i] = j
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _insertion_order_2(major, minor, n, perm):
+    """``perm[:n]``: the indices by ascending ``(major, minor)``, ties in index order: the order
+    of a stable sort by ``minor`` followed by a stable sort by ``major``."""
+    for j in range(n):
+        a = major[j]
+        b = minor[j]
+        i = j
+        while i > 0:
+            k = perm[i - 1]
+            if major[k] > a or (major[k] == a and minor[k] > b):
+                perm[i] = k
+                i -= 1
+            else:
+                break
+        perm[i] = j
 
 
 @njit(cache=True, nogil=True)
@@ -62,6 +97,8 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     nx_cnt = np.empty(64, dtype=np.int64)
     em_rep = np.empty(64, dtype=np.int64)
     em_w = np.empty(64, dtype=np.float64)
+    key = np.empty(64, dtype=np.int64)
+    perm = np.empty(64, dtype=np.int64)
     for v in range(lo, hi):
         # BFS to depth d with shortest-path counts sigma.
         order[0] = v
@@ -123,10 +160,14 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                 if n_nx == 0:
                     break
                 # Merge states with equal (end node, representation).
-                key = np.empty(n_nx, dtype=np.int64)
+                key = _grow(key, n_nx)
+                perm = _grow(perm, n_nx)
                 for i in range(n_nx):
                     key[i] = nx_rep[i] * tail + pos[nx_node[i] - lo]
-                perm = np.argsort(key)
+                if n_nx <= SMALL_SORT:
+                    _insertion_order(key, n_nx, perm)
+                else:
+                    perm[:n_nx] = np.argsort(key[:n_nx])
                 st_node = _grow(st_node, n_nx)
                 st_rep = _grow(st_rep, n_nx)
                 st_cnt = _grow(st_cnt, n_nx)
@@ -143,9 +184,13 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                         n_st += 1
                         last = key[i]
         # Canonical summation: sort by (column, value), then add runs.
-        by_w = np.argsort(em_w[:n_emit], kind="mergesort")
-        by_rep = np.argsort(em_rep[:n_emit][by_w], kind="mergesort")
-        perm = by_w[by_rep]
+        perm = _grow(perm, n_emit)
+        if n_emit <= SMALL_SORT:
+            _insertion_order_2(em_rep, em_w, n_emit, perm)
+        else:
+            by_w = np.argsort(em_w[:n_emit], kind="mergesort")
+            by_rep = np.argsort(em_rep[:n_emit][by_w], kind="mergesort")
+            perm[:n_emit] = by_w[by_rep]
         cols = _grow(cols, nnz + n_emit)
         vals = _grow(vals, nnz + n_emit)
         last = -1
