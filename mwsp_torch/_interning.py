@@ -16,9 +16,10 @@ A table is one int64 array: ``[count, mask]`` then ``mask + 1`` slots of
 ``(a, b, id)``, open addressing with linear probing, at most three quarters full
 (a full one is copied into one twice the size, so :func:`intern_pair` returns the
 table it wrote to, which the caller keeps). At most half full, DD d=2,k=1's row
-chains (20.7 M keys) took 1.5 GiB and raised the features' peak RSS from 2.8 GB to
-4.0 GB over the typed dict's; three quarters halves that table, at no cost in speed
-measured (``benchmarks/README.md``). Why not numba's typed dict, as until the
+chains (20.7 M keys) took 1.5 GiB and raised the features' peak RSS from 2.82 GB to
+3.91 GB over the typed dict's; three quarters halves that table (peak 2.54 GB). Its
+speed was timed only together with the path kernel's insertion sorts
+(``benchmarks/README.md``). Why not numba's typed dict, as until the
 thirteenth session of 2026-11-23: a typed dict with tuple keys took about 95 ns an
 intern, this table about 15 ns (one million interns, one thread), and interning was
 about half of the features' time (``benchmarks/README.md``). The IDs are the same:
@@ -61,37 +62,46 @@ def _slot(a, b, mask):
     return x & mask
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _probe(table, a, b):
+    """Index in ``table`` of the slot that holds ``(a, b)``, else of the empty slot where it
+    would go (linear probing from :func:`_slot`; a table always keeps an empty slot)."""
+    mask = table[1]
+    i = _slot(a, b, mask)
+    while True:
+        base = HEADER + 3 * i
+        if table[base + 2] == EMPTY:
+            return base
+        if table[base] == a and table[base + 1] == b:
+            return base
+        i = (i + 1) & mask
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(table, base, a, b, key_id):
+    table[base] = a
+    table[base + 1] = b
+    table[base + 2] = key_id
+
+
 @njit(cache=True, nogil=True)
 def _doubled(table):
     """``table`` copied into one of twice as many slots."""
     old_slots = table[1] + 1
-    mask = 2 * old_slots - 1
-    out = np.full(HEADER + 3 * (mask + 1), EMPTY, dtype=np.int64)
+    out = np.full(HEADER + 6 * old_slots, EMPTY, dtype=np.int64)
     out[0] = table[0]
-    out[1] = mask
+    out[1] = 2 * old_slots - 1
     for s in range(old_slots):
         base = HEADER + 3 * s
-        if table[base + 2] != EMPTY:
-            i = _slot(table[base], table[base + 1], mask)
-            while out[HEADER + 3 * i + 2] != EMPTY:
-                i = (i + 1) & mask
-            out[HEADER + 3 * i] = table[base]
-            out[HEADER + 3 * i + 1] = table[base + 1]
-            out[HEADER + 3 * i + 2] = table[base + 2]
+        if table[base + 2] != EMPTY:  # keys are distinct: the probe ends at an empty slot
+            _put(out, _probe(out, table[base], table[base + 1]), table[base], table[base + 1], table[base + 2])
     return out
 
 
 @njit(cache=True, nogil=True, inline="always")
 def lookup(table, a, b):
     """ID of ``(a, b)`` in ``table``, or ``EMPTY``."""
-    mask = table[1]
-    i = _slot(a, b, mask)
-    while True:
-        base = HEADER + 3 * i
-        found = table[base + 2]
-        if found == EMPTY or (table[base] == a and table[base + 1] == b):
-            return found
-        i = (i + 1) & mask
+    return table[_probe(table, a, b) + 2]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -102,6 +112,8 @@ def intern_pair(frozen, fresh, offset, a, b):
         found = lookup(frozen, a, b)
         if found != EMPTY:
             return found, fresh
+    # _probe's loop, written out on this hottest path: through _probe, NCI1's features took
+    # 0.221-0.231 s against 0.214-0.226 s (old and new processes interleaved, best of 7).
     mask = fresh[1]
     i = _slot(a, b, mask)
     while True:
@@ -113,9 +125,7 @@ def intern_pair(frozen, fresh, offset, a, b):
             return found, fresh
         i = (i + 1) & mask
     new_id = offset + fresh[0]
-    fresh[base] = a
-    fresh[base + 1] = b
-    fresh[base + 2] = new_id
+    _put(fresh, base, a, b, new_id)
     fresh[0] += 1
     if 4 * fresh[0] > 3 * (mask + 1):
         fresh = _doubled(fresh)
@@ -142,17 +152,11 @@ def table_from_arrays(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _fill_table(table, keys, values):
-    mask = table[1]
     for t in range(values.shape[0]):
-        a, b = keys[t, 0], keys[t, 1]
-        i = _slot(a, b, mask)
-        while table[HEADER + 3 * i + 2] != EMPTY:
-            if table[HEADER + 3 * i] == a and table[HEADER + 3 * i + 1] == b:
-                raise ValueError("table_from_arrays: a key occurs twice")
-            i = (i + 1) & mask
-        table[HEADER + 3 * i] = a
-        table[HEADER + 3 * i + 1] = b
-        table[HEADER + 3 * i + 2] = values[t]
+        base = _probe(table, keys[t, 0], keys[t, 1])
+        if table[base + 2] != EMPTY:
+            raise ValueError("table_from_arrays: a key occurs twice")
+        _put(table, base, keys[t, 0], keys[t, 1], values[t])
     table[0] = values.shape[0]
 
 
