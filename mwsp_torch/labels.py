@@ -181,6 +181,11 @@ def _is_one_hot(lab: np.ndarray) -> bool:
     return lab.ndim == 2 and lab.shape[1] >= 2 and bool(np.all((lab == 0) | (lab == 1)) and np.all(lab.sum(1) == 1))
 
 
+def _integral(lab: np.ndarray) -> bool:
+    """Every value finite and a whole number (float labels MWSP can read as categories)."""
+    return bool(np.all(np.isfinite(lab)) and np.all(lab == np.round(lab)))
+
+
 def _raw_labels(data, index: int) -> tuple[np.ndarray, str] | None:
     """``node_label`` or else ``x`` as a numpy array, unchecked, with its source; None if neither."""
     node_label = getattr(data, "node_label", None)
@@ -214,7 +219,7 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
         return None
     lab = np.concatenate([a for a, _ in raw])
     if not np.issubdtype(dtype, np.integer):
-        if source == "node_label" or not np.all(np.isfinite(lab)) or np.any(lab != np.round(lab)):
+        if source == "node_label" or not _integral(lab):
             return None
     lab = lab.astype(np.int64)
     if ndim == 1:
@@ -242,7 +247,7 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
     if not np.issubdtype(lab.dtype, np.integer):
         if source == "node_label":
             raise ValueError(f"graph {index}: node_label must be an integer tensor, got {lab.dtype}")
-        if not np.all(np.isfinite(lab)) or np.any(lab != np.round(lab)):
+        if not _integral(lab):
             raise ValueError(
                 f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
                 "(pass node_label, or labels='degree'/'uniform')"
