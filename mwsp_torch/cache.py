@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
+import zipfile
 
 import numpy as np
 import torch
@@ -66,9 +68,16 @@ def cached_distances(
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{d}-k{k}-{digest}.npz"
     if path.is_file():
-        stored = np.load(path)
-        timings = {"features": float(stored["features"]), "transport": float(stored["transport"]), "cached": True}
-        return stored["distances"], timings
+        try:
+            with np.load(path) as stored:
+                timings = {
+                    "features": float(stored["features"]),
+                    "transport": float(stored["transport"]),
+                    "cached": True,
+                }
+                return stored["distances"], timings
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            warnings.warn(f"cached distances {path} cannot be read ({err}); computing them again", stacklevel=2)
     model = MWSP(
         d=d,
         k=k,

@@ -168,8 +168,23 @@ def _evaluate(args) -> dict:
     return result
 
 
+def _check_args(parser: argparse.ArgumentParser, args) -> None:
+    """What argparse's types cannot say, refused before any data is read (a cached
+    result would otherwise skip the checks the estimator makes)."""
+    if args.n_jobs < 1 and args.n_jobs != -1:
+        parser.error(f"--n-jobs must be >= 1, or -1 for every core, got {args.n_jobs}")
+    if not (np.isfinite(args.blur) and args.blur > 0):
+        parser.error(f"--blur must be > 0 and finite, got {args.blur}")
+    if args.checkpoint is not None and args.solver != "exact":
+        parser.error(f"--checkpoint is only kept by the exact solver, not by --solver {args.solver}")
+    if args.command == "evaluate" and args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     os.environ.setdefault("KEOPS_VERBOSE", "0")
     try:
         if args.command == "distances":

@@ -10,6 +10,8 @@ tables, so the fitted state never changes.
 from __future__ import annotations
 
 import copy
+import numbers
+import os
 import time
 
 import numpy as np
@@ -118,18 +120,32 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.progress = progress
 
     def _validate_params(self) -> None:
+        """Every parameter checked before any work, so a bad one fails in seconds, not after the features."""
         for name in ("d", "k"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 0:
+            if not _is_integer(value) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if not self.lam > 0:
-            raise ValueError(f"lam must be > 0, got {self.lam!r}")
+        if not _is_real(self.lam) or not (np.isfinite(self.lam) and self.lam > 0):
+            raise ValueError(f"lam must be > 0 and finite, got {self.lam!r}")
+        if not _is_integer(self.n_jobs) or (self.n_jobs < 1 and self.n_jobs != -1):
+            raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {self.n_jobs!r}")
+        if not _is_real(self.blur) or not (np.isfinite(self.blur) and self.blur > 0):
+            raise ValueError(f"blur must be > 0 and finite, got {self.blur!r}")
+        if not _is_real(self.scaling) or not 0 < self.scaling < 1:
+            raise ValueError(f"scaling must be in (0, 1), got {self.scaling!r}")
         if self.paths not in PATH_MODES:
             raise ValueError(f"paths must be one of {PATH_MODES}, got {self.paths!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         if self.exact_engine not in EXACT_ENGINES:
             raise ValueError(f"exact_engine must be one of {EXACT_ENGINES}, got {self.exact_engine!r}")
+        if self.checkpoint is not None:
+            if not isinstance(self.checkpoint, (str, os.PathLike)) or str(self.checkpoint) == "":
+                raise ValueError(f"checkpoint must be a directory path, got {self.checkpoint!r}")
+            if os.path.exists(self.checkpoint) and not os.path.isdir(self.checkpoint):
+                raise ValueError(f"checkpoint {str(self.checkpoint)!r} exists and is not a directory")
+            if self.solver != "exact":
+                raise ValueError(f"checkpoint is only kept by the compiled exact engine, not by solver={self.solver!r}")
         if self.solver == "exact" and self.checkpoint is not None and self.exact_engine != "compiled":
             raise ValueError(
                 f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
@@ -256,6 +272,16 @@ class MWSP(TransformerMixin, BaseEstimator):
     def transform(self, graphs) -> np.ndarray:
         """Kernel between new graphs and the training graphs, ``[n_new, n_train]``."""
         return self.kernel(self.cross_distances(graphs))
+
+
+def _is_integer(value) -> bool:
+    """An int (not a bool, which Python counts as one)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value) -> bool:
+    """A real number (not a bool, a string or None)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _widen(matrix: sp.csr_matrix, width: int) -> sp.csr_matrix:

@@ -214,6 +214,10 @@ def nested_protocol(
         ``fold_accuracies``, ``selected``, ``majority_rate``, ``grid`` and ``protocol``.
     """
     y = np.asarray(y)
+    if len(seeds) == 0:
+        raise ValueError("seeds is empty: the nested protocol needs at least one repetition")
+    if len(distances) == 0:
+        raise ValueError("distances is empty: give W for at least one (d, k)")
     _check_folds(y, n_outer, "n_outer")
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)

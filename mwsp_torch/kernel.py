@@ -9,9 +9,15 @@ so that ``K_train P`` is the treated training kernel, is applied to test rows.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 KREIN_MODES = ("flip", "clip")
+
+#: How far from symmetric (relative to the largest entry) a training kernel may be, from
+#: rounding, before :func:`krein_projector` refuses it rather than symmetrising it.
+SYMMETRY_TOL = 1e-10
 
 
 def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:
@@ -21,9 +27,16 @@ def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:
         distances (np.ndarray): W, any shape.
         lam (float): ``lam > 0``.
     """
-    if lam <= 0:
-        raise ValueError(f"lam must be > 0, got {lam}")
-    return np.exp(-lam * np.asarray(distances, dtype=np.float64))
+    if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (np.isfinite(lam) and lam > 0):
+        raise ValueError(f"lam must be > 0 and finite, got {lam!r}")
+    distances = np.asarray(distances, dtype=np.float64)
+    bad = ~np.isfinite(distances) | (distances < 0)
+    if bad.any():
+        where = np.unravel_index(int(np.argmax(bad)), distances.shape)
+        raise ValueError(
+            f"distances must be finite and >= 0, got {float(distances[where])} at index {tuple(int(i) for i in where)}"
+        )
+    return np.exp(-lam * distances)
 
 
 def krein_projector(train_kernel: np.ndarray, mode: str) -> np.ndarray:
@@ -38,7 +51,13 @@ def krein_projector(train_kernel: np.ndarray, mode: str) -> np.ndarray:
     """
     if mode not in KREIN_MODES:
         raise ValueError(f"mode must be one of {KREIN_MODES}, got {mode!r}")
-    sym = (train_kernel + train_kernel.T) / 2
+    train_kernel = np.asarray(train_kernel, dtype=np.float64)
+    if train_kernel.ndim != 2 or train_kernel.shape[0] != train_kernel.shape[1]:
+        raise ValueError(f"train_kernel must be a square matrix, got shape {list(train_kernel.shape)}")
+    asymmetry = float(np.max(np.abs(train_kernel - train_kernel.T), initial=0.0))
+    if not asymmetry <= SYMMETRY_TOL * max(float(np.max(np.abs(train_kernel), initial=0.0)), 1.0):
+        raise ValueError(f"train_kernel must be symmetric, but K and K^T differ by up to {asymmetry:.3g}")
+    sym = (train_kernel + train_kernel.T) / 2  # rounding-level asymmetry only
     eigvals, eigvecs = np.linalg.eigh(sym)
     scale = np.sign(eigvals) if mode == "flip" else (eigvals > 0).astype(np.float64)
     return (eigvecs * scale) @ eigvecs.T

@@ -8,14 +8,17 @@ adjacency in CSR form and a label per node. Labels come from
 for REDDIT-BINARY). Multi-column labels (``node_label`` of shape
 ``[num_nodes, c]``, or a multi-hot ``x``) become one categorical label per
 distinct row. Nothing is coerced silently: bad input raises a ``ValueError``
-that names the graph's index.
+that names the graph's index. Edges come from ``data.edge_index`` (dense, or a
+sparse adjacency), else from a sparse ``data.adj_t`` (what ``ToSparseTensor`` leaves);
+edge weights and attributes are not read: MWSP's paths run over plain edges.
 
 How labels are read is decided once for a whole dataset and then kept
 (:class:`LabelScheme`): ``x`` is read as one-hot only if every graph's ``x``
 is one-hot with two or more columns (a single column is a label column), so
 one column never means a label in one graph and a category in another; and
-graphs read later (``transform``) must have labels of the width, and ``x`` of
-the kind, that the fitted graphs had.
+graphs read later (``transform``) must have labels from the same field
+(``node_label``, ``x`` or the policy), of the width, and ``x`` of the kind, that the
+fitted graphs had. One-hot ``x`` is read by column position, whatever its width.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from numba import njit
+from torch_geometric.data import Batch, Data, HeteroData
 
 from mwsp_torch._interning import Vocabulary, intern_pair
 
@@ -96,8 +100,11 @@ def _num_nodes(data, index: int) -> int:
     if n is None:
         raise ValueError(f"graph {index}: cannot tell its number of nodes (set num_nodes, x or node_label)")
     if isinstance(n, torch.Tensor):
+        if n.numel() != 1:
+            raise ValueError(f"graph {index}: num_nodes must be one number, got a tensor of shape {list(n.shape)}")
         n = n.item()
-    if not isinstance(n, (int, np.integer)) and not (isinstance(n, (float, np.floating)) and float(n).is_integer()):
+    whole = isinstance(n, (int, np.integer)) or (isinstance(n, (float, np.floating)) and float(n).is_integer())
+    if isinstance(n, bool) or not whole:
         raise ValueError(f"graph {index}: num_nodes must be a whole number, got {n!r}")
     n = int(n)
     if n <= 0:
@@ -109,14 +116,42 @@ def _edge_index(data, index: int) -> np.ndarray:
     """``[2, num_edges]`` int64 ``edge_index`` of one graph, its shape and type checked
     (its node range is checked for all graphs at once, by :func:`_adjacency`)."""
     edge_index = getattr(data, "edge_index", None)
+    what = "edge_index"
     if edge_index is None:
-        return np.empty((2, 0), dtype=np.int64)
-    ei = _as_numpy(edge_index, "edge_index", index)
+        edge_index, what = getattr(data, "adj_t", None), "adj_t"
+        if edge_index is None:
+            return np.empty((2, 0), dtype=np.int64)
+    if what == "adj_t" or _is_sparse(edge_index):
+        edge_index = _sparse_edges(edge_index, what, index)
+    ei = _as_numpy(edge_index, what, index)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"graph {index}: edge_index must have shape [2, num_edges], got {list(ei.shape)}")
     if not np.issubdtype(ei.dtype, np.integer):
         raise ValueError(f"graph {index}: edge_index must be integer, got {ei.dtype}")
     return ei.astype(np.int64, copy=False)
+
+
+def _is_sparse(value) -> bool:
+    """A sparse adjacency: a torch sparse tensor (any sparse layout) or a ``torch_sparse.SparseTensor``."""
+    if isinstance(value, torch.Tensor):
+        return value.layout != torch.strided
+    return type(value).__name__ == "SparseTensor" and hasattr(value, "coo")
+
+
+def _sparse_edges(adjacency, what: str, index: int) -> torch.Tensor:
+    """``[2, num_edges]`` node pairs of a sparse adjacency's stored entries (their values,
+    edge weights, are not read; ``adj_t`` is transposed, which an undirected graph ignores)."""
+    if not _is_sparse(adjacency):
+        raise ValueError(
+            f"graph {index}: {what} must be a sparse adjacency (a torch sparse tensor or a SparseTensor), "
+            f"got {type(adjacency).__name__}"
+        )
+    if isinstance(adjacency, torch.Tensor):
+        if adjacency.dim() != 2:
+            raise ValueError(f"graph {index}: {what} must be a 2-D adjacency, got shape {list(adjacency.shape)}")
+        return adjacency.to_sparse_coo().coalesce().indices()
+    row, col, _ = adjacency.coo()
+    return torch.stack([row, col])
 
 
 def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -169,11 +204,16 @@ class LabelScheme:
             graph with labels from ``x`` has been read).
         width (int, optional): columns of a label row after that (``None`` until set).
         vocab (Vocabulary): IDs of multi-column label rows.
+        source (str, optional): where labels come from, ``"node_label"``, ``"x"`` or the
+            policy (``None`` until set; a class default, so schemes pickled before it read
+            as unset). ``node_label`` and ``x`` may number labels differently (TUDataset's
+            one-hot ``x`` starts at the smallest label), so they are never mixed.
     """
 
     one_hot_x: bool | None = None
     width: int | None = None
     vocab: Vocabulary = field(default_factory=Vocabulary)
+    source: str | None = None
 
 
 def _is_one_hot(lab: np.ndarray) -> bool:
@@ -184,6 +224,20 @@ def _is_one_hot(lab: np.ndarray) -> bool:
 def _integral(lab: np.ndarray) -> bool:
     """Every value finite and a whole number (float labels MWSP can read as categories)."""
     return bool(np.all(np.isfinite(lab)) and np.all(lab == np.round(lab)))
+
+
+def _beyond_int64(lab: np.ndarray):
+    """The first label that int64 cannot hold (floats from ``2**63`` on, or unsigned
+    integers past ``2**63 - 1``), or None; labels are read as int64, so these would wrap."""
+    if lab.size == 0:
+        return None
+    if np.issubdtype(lab.dtype, np.floating):
+        beyond = np.abs(lab) >= 2.0**63
+    elif np.issubdtype(lab.dtype, np.unsignedinteger) and lab.dtype.itemsize >= 8:
+        beyond = lab > np.iinfo(np.int64).max
+    else:
+        return None
+    return lab.flat[int(np.argmax(beyond))].item() if beyond.any() else None
 
 
 def _raw_labels(data, index: int) -> tuple[np.ndarray, str] | None:
@@ -217,10 +271,14 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
         return None
     if not np.array_equal(np.fromiter((a.shape[0] for a, _ in raw), dtype=np.int64, count=len(raw)), sizes):
         return None
+    if scheme.source is not None and source != scheme.source:
+        return None
     lab = np.concatenate([a for a, _ in raw])
     if not np.issubdtype(dtype, np.integer):
         if source == "node_label" or not _integral(lab):
             return None
+    if _beyond_int64(lab) is not None:
+        return None
     lab = lab.astype(np.int64)
     if ndim == 1:
         lab = lab[:, None]
@@ -238,7 +296,7 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
     width = 1 if decode else lab.shape[1]
     if scheme.width is not None and width != scheme.width:
         return None
-    scheme.one_hot_x, scheme.width = one_hot_x, width
+    scheme.one_hot_x, scheme.width, scheme.source = one_hot_x, width, source
     return lab.argmax(1)[:, None] if decode else lab
 
 
@@ -252,6 +310,12 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
                 f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
                 "(pass node_label, or labels='degree'/'uniform')"
             )
+    beyond = _beyond_int64(lab)
+    if beyond is not None:
+        raise ValueError(
+            f"graph {index}: {source} has a label that int64 cannot hold ({beyond!r}); labels are read as int64"
+        )
+    if not np.issubdtype(lab.dtype, np.integer):
         lab = lab.astype(np.int64)
     if lab.ndim == 1:
         lab = lab[:, None]
@@ -265,11 +329,29 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
 
 
 def _as_graph_list(graphs) -> Sequence:
+    if isinstance(graphs, Batch):
+        raise ValueError(f"expected a list of graphs, got a Batch of {graphs.num_graphs}; pass batch.to_data_list()")
+    if isinstance(graphs, (Data, HeteroData)):
+        raise ValueError(f"expected a list of graphs, got one {type(graphs).__name__}; wrap it in a list")
+    if isinstance(graphs, torch.utils.data.DataLoader):
+        raise ValueError("expected a list of graphs, got a DataLoader, which yields batches; pass loader.dataset")
+    if isinstance(graphs, (str, bytes, dict)):
+        raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
     if isinstance(graphs, (list, tuple)):
         return graphs
     if isinstance(graphs, Iterable):
         return list(graphs)
     raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
+
+
+def _check_graph(data, index: int) -> None:
+    """One item of the list: a plain ``Data`` (a ``Batch`` would be read as one graph)."""
+    if isinstance(data, Batch):
+        raise ValueError(f"graph {index}: is a Batch of {data.num_graphs} graphs; pass batch.to_data_list()")
+    if isinstance(data, HeteroData):
+        raise ValueError(f"graph {index}: HeteroData is not supported (MWSP reads one node type and one edge type)")
+    if not isinstance(data, Data):
+        raise ValueError(f"graph {index}: expected a torch_geometric Data, got {type(data).__name__}")
 
 
 def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None) -> GraphSet:
@@ -285,10 +367,12 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
             calls that share it (fit and transform). Default: a fresh one.
 
     Raises:
-        ValueError: naming the graph's index, for an empty graph, a bad
-            ``edge_index``, negative or non-integer labels, missing labels
-            under ``"auto"``, label rows of differing widths, or labels that
-            differ from the scheme's (one-hot ``x`` or not, width).
+        ValueError: naming the graph's index, for an item that is not a ``Data`` (a
+            ``Batch`` included), an empty graph, a bad ``edge_index``, negative,
+            non-integer or out-of-int64 labels, missing labels under ``"auto"``, label
+            rows of differing widths, or labels that differ from the scheme's (field,
+            one-hot ``x`` or not, width); without an index, for a single graph, a
+            ``Batch`` or a ``DataLoader`` in place of a list.
     """
     if labels not in LABEL_POLICIES:
         raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {labels!r}")
@@ -300,6 +384,7 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
     sizes = np.empty(len(graphs), dtype=np.int64)
     edges, raw = [], []
     for i, data in enumerate(graphs):
+        _check_graph(data, i)
         sizes[i] = _num_nodes(data, i)
         edges.append(_edge_index(data, i))
         if labels == "auto":
@@ -331,6 +416,15 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
 def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
     """Decode one-hot ``x`` in place, if the scheme says so or (unset) every ``x`` is one-hot;
     then check that every graph's label width is the scheme's (set by the first graph if unset)."""
+    for i, source in enumerate(sources):
+        if scheme.source is None:
+            scheme.source = source
+        elif source != scheme.source:
+            raise ValueError(
+                f"graph {i}: labels are read from {source}, but the graphs read before it had theirs from "
+                f"{scheme.source} (node_label and x may number labels differently: TUDataset's one-hot x starts "
+                "at the smallest label); give every graph the same field"
+            )
     from_x = [i for i, source in enumerate(sources) if source == "x"]
     # One pass over each x, none once the scheme has already said x is not one-hot.
     one_hot = {} if scheme.one_hot_x is False else {i: _is_one_hot(label_rows[i]) for i in from_x}

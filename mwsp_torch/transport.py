@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -627,6 +628,8 @@ class _TileStore:
         for array in (pairs, *left.arrays(), *right.arrays(), *_bank_arrays(left.rows)):
             digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(str(tile_size).encode())
+        if str(directory) == "" or (Path(directory).exists() and not Path(directory).is_dir()):
+            raise ValueError(f"checkpoint must be a directory, got {str(directory)!r}")
         self.directory = Path(directory) / digest.hexdigest()[:20]
         self.directory.mkdir(parents=True, exist_ok=True)
         # A run killed while saving leaves its temporary file (see save): drop those of dead runs.
@@ -639,11 +642,22 @@ class _TileStore:
         return self.directory / f"tile-{index:07d}.npy"
 
     def load(self, index: int, out: np.ndarray) -> bool:
+        """Tile ``index`` into ``out``; False (it is then recomputed and saved again) if it is
+        missing, or damaged by something outside this code (saves are atomic), with a warning."""
         path = self._path(index)
         if not path.is_file():
             return False
-        values = np.load(path)
-        if values.shape != out.shape:
+        try:
+            values = np.load(path)
+        except (OSError, ValueError, EOFError) as err:
+            warnings.warn(f"checkpoint tile {path} cannot be read ({err}); recomputing it", stacklevel=3)
+            return False
+        if values.shape != out.shape or values.dtype != np.float64:
+            warnings.warn(
+                f"checkpoint tile {path} holds {values.dtype} {list(values.shape)}, not float64 "
+                f"{list(out.shape)}; recomputing it",
+                stacklevel=3,
+            )
             return False
         out[:] = values
         return True

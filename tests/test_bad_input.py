@@ -136,3 +136,133 @@ def test_self_loops_and_duplicate_edges_are_dropped():
     w = fit([GOOD, messy]).distances_
     assert w[0, 1] == 0.0
     assert np.isfinite(w).all()
+
+
+def test_labels_from_node_label_and_x_are_never_mixed(mutag):
+    # TUDataset's one-hot x starts at the smallest label and node_label at the raw one:
+    # read from both, equal nodes would get different labels (W != 0 between a graph and itself).
+    one_hot = make_data(3, [(0, 1), (1, 2)], [0, 1, 0])
+    one_hot.x = torch.eye(2)[[0, 1, 0]]
+    del one_hot.node_label
+    with pytest.raises(ValueError, match="graph 1: labels are read from x, but the graphs read before it had theirs"):
+        fit([GOOD, one_hot])
+    graphs = mutag[0][:6]
+    fitted = MWSP(d=2).fit(graphs)
+    x_only = [g.clone() for g in graphs]
+    for g in x_only:
+        del g.node_label
+    with pytest.raises(ValueError, match="graph 0: labels are read from x, .* from node_label"):
+        fitted.cross_distances(x_only)
+    # Either field alone is read consistently: a graph is at W = 0 from itself.
+    assert np.all(np.diag(MWSP(d=2).fit(x_only).cross_distances(x_only)) == 0)
+    assert np.all(np.diag(fitted.cross_distances(graphs)) == 0)
+
+
+def test_batches_loaders_and_non_graphs_are_refused():
+    from torch_geometric.data import Batch, HeteroData
+    from torch_geometric.loader import DataLoader
+
+    batch = Batch.from_data_list([GOOD, GOOD])
+    with pytest.raises(ValueError, match=r"graph 1: is a Batch of 2 graphs; pass batch.to_data_list\(\)"):
+        fit([GOOD, batch])
+    with pytest.raises(ValueError, match="got a Batch of 2; pass batch.to_data_list"):
+        fit(batch)
+    with pytest.raises(ValueError, match="got a DataLoader, which yields batches; pass loader.dataset"):
+        fit(DataLoader([GOOD] * 3, batch_size=2))
+    with pytest.raises(ValueError, match="got one Data; wrap it in a list"):
+        fit(GOOD)
+    with pytest.raises(ValueError, match="graph 1: expected a torch_geometric Data, got NoneType"):
+        fit([GOOD, None])
+    with pytest.raises(ValueError, match="graph 0: HeteroData is not supported"):
+        fit([HeteroData()])
+    with pytest.raises(ValueError, match="expected a list of torch_geometric Data or a PyG dataset, got str"):
+        fit("MUTAG")
+
+
+def test_sparse_adjacencies_give_the_edge_index_graph():
+    import torch_geometric.transforms as T
+
+    graphs = [
+        make_data(5, [(0, 1), (1, 2), (2, 3), (3, 0), (3, 4)], [0, 1, 0, 1, 2]),
+        make_data(4, [(0, 1), (1, 2), (2, 0), (2, 3)], [1, 1, 0, 2]),
+    ]
+    dense = fit(graphs + [GOOD]).distances_
+    # T.ToSparseTensor() leaves adj_t and drops edge_index (a torch sparse CSR tensor here).
+    as_adj_t = [T.ToSparseTensor()(g.clone()) for g in graphs]
+    assert all(g.edge_index is None and g.adj_t is not None for g in as_adj_t)
+    np.testing.assert_array_equal(fit(as_adj_t + [GOOD]).distances_, dense)
+    as_sparse = [g.clone() for g in graphs]
+    for g in as_sparse:
+        n = g.num_nodes
+        g.edge_index = torch.sparse_coo_tensor(g.edge_index, torch.ones(g.edge_index.shape[1]), (n, n))
+    np.testing.assert_array_equal(fit(as_sparse + [GOOD]).distances_, dense)
+    assert dense[0, 1] > 0  # the edges were read: edgeless graphs would differ
+
+
+def test_labels_beyond_int64_are_not_wrapped():
+    huge_x = Data(edge_index=torch.tensor([[0], [1]]), x=torch.tensor([[1e30], [1.0]], dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"graph 1: x has a label that int64 cannot hold \(1e\+30\)"):
+        fit([Data(edge_index=torch.tensor([[0], [1]]), x=torch.tensor([[3.0], [1.0]])), huge_x])
+    huge = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=np.array([2**63, 1], dtype=np.uint64))
+    with pytest.raises(
+        ValueError, match=r"graph 0: node_label has a label that int64 cannot hold \(9223372036854775808\)"
+    ):
+        fit([huge])
+    small = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=np.array([5, 1], dtype=np.uint64))
+    assert fit([small, small]).distances_[0, 1] == 0.0
+
+
+def test_num_nodes_must_be_one_number():
+    bad = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=torch.tensor([3, 4]), node_label=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"graph 1: num_nodes must be one number, got a tensor of shape \[2\]"):
+        fit([GOOD, bad])
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"d": True}, "d must be an integer >= 0, got True"),
+        ({"k": 1.0}, "k must be an integer >= 0, got 1.0"),
+        ({"lam": float("inf")}, "lam must be > 0 and finite, got inf"),
+        ({"lam": "1"}, "lam must be > 0 and finite, got '1'"),
+        ({"n_jobs": 0}, "n_jobs must be an integer >= 1, or -1"),
+        ({"n_jobs": 1.5}, "n_jobs must be an integer >= 1, or -1"),
+        ({"n_jobs": None}, "n_jobs must be an integer >= 1, or -1"),
+        ({"solver": "sinkhorn", "blur": 0.0}, "blur must be > 0 and finite, got 0.0"),
+        ({"solver": "sinkhorn", "blur": float("nan")}, "blur must be > 0 and finite, got nan"),
+        ({"solver": "sinkhorn", "scaling": 1.5}, r"scaling must be in \(0, 1\), got 1.5"),
+        ({"solver": "sinkhorn", "scaling": 0.0}, r"scaling must be in \(0, 1\), got 0.0"),
+        ({"checkpoint": ""}, "checkpoint must be a directory path, got ''"),
+        ({"solver": "sinkhorn", "checkpoint": "ckpt"}, "checkpoint is only kept by the compiled exact engine"),
+    ],
+)
+def test_bad_parameters_fail_before_any_work(params, message, monkeypatch):
+    import mwsp_torch.estimator as estimator
+
+    def no_features(*args, **kwargs):
+        raise AssertionError("features computed before the parameters were checked")
+
+    monkeypatch.setattr(estimator, "to_graph_set", no_features)
+    with pytest.raises(ValueError, match=message):
+        MWSP(**params).fit([GOOD])
+
+
+def test_checkpoint_that_is_a_file(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        MWSP(checkpoint=str(path)).fit([GOOD])
+
+
+def test_kernels_of_impossible_distances_are_refused():
+    from mwsp_torch.kernel import krein_projector, laplacian_kernel
+
+    with pytest.raises(ValueError, match=r"distances must be finite and >= 0, got -0.5 at index \(1, 0\)"):
+        laplacian_kernel(np.array([[0.0, 1.0], [-0.5, 0.0]]), 1.0)
+    with pytest.raises(ValueError, match=r"distances must be finite and >= 0, got nan at index \(0, 1\)"):
+        laplacian_kernel(np.array([[0.0, np.nan], [1.0, 0.0]]), 1.0)
+    with pytest.raises(ValueError, match="train_kernel must be symmetric, but K and K\\^T differ by up to 2"):
+        krein_projector(np.array([[1.0, 2.0], [0.0, 1.0]]), "flip")
+    # Rounding-level asymmetry is still symmetrised.
+    nearly = np.array([[1.0, 0.5], [0.5 + 1e-15, 1.0]])
+    np.testing.assert_allclose(nearly @ krein_projector(nearly, "clip"), [[1.0, 0.5], [0.5, 1.0]], atol=1e-12)

@@ -217,6 +217,34 @@ def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
     assert "NOPE_A.txt" in capsys.readouterr().err
 
 
+def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
+    graphs = mutag[0][:8]
+    first, _ = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    stored.write_bytes(stored.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read"):
+        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+    assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+        (["--n-jobs", "0"], "--n-jobs must be >= 1, or -1 for every core, got 0"),
+        (["--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
+        (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the exact solver"),
+    ],
+)
+def test_cli_refuses_bad_arguments_before_reading_data(extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--dataset", "NOT_READ", "--root", "/nonexistent", *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 # Run by test_cli_run_killed_mid_way_resumes: the CLI with small tiles and a pause after each
 # tile, so that the parent can kill it between some tiles and the next.
 _SLOW_CLI = """

@@ -690,3 +690,22 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
     # Relative, not bit for bit: the CPU solver prices every row of small problems and roots
     # its first tree elsewhere, so the two take different pivots to the same optimum.
     assert float(done.stdout.strip().splitlines()[-1]) <= 1e-12
+
+
+def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls):
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    support = MWSP(d=2, k=0).fit(graphs).support_
+    pairs = upper_pairs(len(graphs))
+    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    tiles = sorted(tmp_path.rglob("tile-*.npy"))
+    tiles[0].write_bytes(tiles[0].read_bytes()[:90])  # truncated by something outside the library
+    np.save(tiles[1], np.zeros(3))  # another array under a tile's name
+    kernel_calls.clear()
+    with pytest.warns(UserWarning, match="checkpoint tile .*tile-0000000.npy cannot be read") as record:
+        resumed = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    assert any("tile-0000001.npy holds float64 [3], not float64 [50]" in str(w.message) for w in record)
+    np.testing.assert_array_equal(resumed, full)
+    assert kernel_calls == [50, 50]
+    kernel_calls.clear()
+    np.testing.assert_array_equal(exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path), full)
+    assert kernel_calls == []  # both were saved again
