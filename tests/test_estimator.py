@@ -187,3 +187,39 @@ def test_graphs_of_one_measure_are_solved_once_and_match_reference():
     assert model.timings_["distinct_measures"] == 3 and model.timings_["pairs"] == 3
     np.testing.assert_allclose(model.distances_, distance_matrix(graphs, 2, 1, "split"), rtol=1e-9, atol=1e-12)
     assert model.distances_[0, 2] == model.distances_[0, 4] == model.distances_[2, 4] == 0.0
+
+
+def test_pipeline_with_a_precomputed_svc_equals_slices_of_the_full_kernel(mutag):
+    """``make_pipeline(MWSP(), SVC(kernel="precomputed"))`` in scikit-learn's model
+    selection: each fold fits MWSP on its training graphs and transforms its test graphs,
+    which must give the SVC the slices of the whole dataset's kernel (W of a pair does not
+    depend on the other graphs)."""
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.svm import SVC
+
+    graphs, y = mutag[0][:60], mutag[1][:60]
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
+    pipeline = make_pipeline(MWSP(d=2, k=0, lam=0.5), SVC(kernel="precomputed", C=10.0))
+    scores = cross_val_score(pipeline, graphs, y, cv=folds)
+    kernel = MWSP(d=2, k=0, lam=0.5).fit(graphs).kernel()
+    expected = [
+        SVC(kernel="precomputed", C=10.0)
+        .fit(kernel[np.ix_(train, train)], y[train])
+        .score(kernel[np.ix_(test, train)], y[test])
+        for train, test in folds
+    ]
+    np.testing.assert_array_equal(scores, expected)
+    fitted = make_pipeline(MWSP(d=2, k=0, lam=0.5), SVC(kernel="precomputed")).fit(
+        [graphs[i] for i in folds[0][0]], y[folds[0][0]]
+    )
+    np.testing.assert_allclose(
+        fitted[0].transform([graphs[i] for i in folds[0][1]]), kernel[np.ix_(folds[0][1], folds[0][0])], rtol=1e-12
+    )
+    search = GridSearchCV(pipeline, {"mwsp__lam": [0.1, 1.0], "svc__C": [1.0, 10.0]}, cv=folds).fit(graphs, y)
+    w = MWSP(d=2, k=0).fit(graphs).distances_
+    for params, mean in zip(search.cv_results_["params"], search.cv_results_["mean_test_score"], strict=True):
+        k = np.exp(-params["mwsp__lam"] * w)
+        svc = SVC(kernel="precomputed", C=params["svc__C"])
+        manual = [svc.fit(k[np.ix_(tr, tr)], y[tr]).score(k[np.ix_(te, tr)], y[te]) for tr, te in folds]
+        assert mean == pytest.approx(np.mean(manual), abs=1e-12)
