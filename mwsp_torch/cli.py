@@ -53,7 +53,8 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         choices=EXACT_ENGINES,
         default="compiled",
         help="exact W from the compiled CPU engine (default), the torch batched simplex on --device, "
-        "or one pair per CUDA thread on --device (thread)",
+        "or one pair per CUDA thread on --device (thread; on --device cpu the same solver built for the CPU, "
+        "slower than compiled)",
     )
     parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
     parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
