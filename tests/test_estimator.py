@@ -104,7 +104,8 @@ def test_one_hot_x_equals_node_label():
     via_x = Data(edge_index=edges, x=torch.nn.functional.one_hot(labels, 4).float())
     via_label = Data(edge_index=edges, num_nodes=4, node_label=labels)
     other = make_data(4, [(0, 1), (1, 2), (2, 3)], [2, 0, 1, 2])
-    w_x = MWSP(d=2, k=1).fit([via_x, other]).distances_
+    other_x = Data(edge_index=other.edge_index, x=torch.nn.functional.one_hot(other.node_label, 4).float())
+    w_x = MWSP(d=2, k=1).fit([via_x, other_x]).distances_  # one field for all graphs (never mixed)
     w_l = MWSP(d=2, k=1).fit([via_label, other]).distances_
     assert w_x[0, 1] == w_l[0, 1] > 0
 
