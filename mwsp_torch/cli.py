@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
             return 0
         result = _evaluate(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache
         print(f"mwsp: error: {err}", file=sys.stderr)
         return 2
     if args.json:

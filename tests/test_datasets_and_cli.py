@@ -296,3 +296,11 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel
     whole_out = tmp_path / "whole.npy"
     assert main(args(whole_out, "other-cache", with_checkpoint=False)) == 0
     np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))
+
+
+def test_cli_unwritable_out_is_an_error_not_a_traceback(data_root, cache_dir, tmp_path, capsys):
+    out = tmp_path / "w.npy"
+    out.mkdir()  # a directory where the matrix should go
+    argv = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir)]
+    assert main([*argv, "--d", "1", "--out", str(out), "--quiet"]) == 2
+    assert f"mwsp: error: [Errno 21] Is a directory: '{out}'" in capsys.readouterr().err
