@@ -246,27 +246,33 @@ def test_listed_and_scattered_costs_equal_merged_costs(seed):
     assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
 
 
-def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, kernel_calls):
-    graphs, _ = make_csl(graphs_per_class=3, num_nodes=15)
-    support = MWSP(d=3, k=1).fit(graphs).support_
+def _checkpointed(directory, graphs_per_class: int, num_nodes: int, d: int, k: int):
+    """A CSL dataset's all-pairs W computed into a checkpoint of 50-pair tiles, and a
+    function that computes it again from that checkpoint."""
+    graphs, _ = make_csl(graphs_per_class=graphs_per_class, num_nodes=num_nodes)
+    support = MWSP(d=d, k=k).fit(graphs).support_
     pairs = upper_pairs(len(graphs))
-    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+
+    def run():
+        return exact_distances(support, support, pairs, tile_size=50, checkpoint=directory)
+
+    return pairs, run(), run
+
+
+def test_checkpoint_resume_recomputes_only_missing_tiles(tmp_path, kernel_calls):
+    pairs, full, resume = _checkpointed(tmp_path, 3, 15, d=3, k=1)
     tiles = sorted(tmp_path.rglob("tile-*.npy"))
     assert len(tiles) == -(-len(pairs) // 50)
     # A killed run: some tiles never written, one corrupted mid-way is impossible (atomic rename).
     for tile in tiles[1::2]:
         tile.unlink()
     kernel_calls.clear()
-    resumed = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
-    assert np.array_equal(resumed, full)
+    assert np.array_equal(resume(), full)
     assert len(kernel_calls) == len(tiles[1::2])
 
 
 def test_checkpoint_drops_temporary_tiles_of_dead_runs(tmp_path):
-    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
-    support = MWSP(d=2, k=0).fit(graphs).support_
-    pairs = upper_pairs(len(graphs))
-    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    _, full, resume = _checkpointed(tmp_path, 2, 11, d=2, k=0)
     (directory,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -274,7 +280,7 @@ def test_checkpoint_drops_temporary_tiles_of_dead_runs(tmp_path):
     left_by_live = directory / f".tile-0000001.{os.getpid()}.npy"  # still saving
     for path in (left_by_dead, left_by_live):
         np.save(path, np.zeros(3))
-    np.testing.assert_array_equal(exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path), full)
+    np.testing.assert_array_equal(resume(), full)
     assert not left_by_dead.exists() and left_by_live.exists()
 
 
@@ -693,19 +699,16 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
 
 
 def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls):
-    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
-    support = MWSP(d=2, k=0).fit(graphs).support_
-    pairs = upper_pairs(len(graphs))
-    full = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+    _, full, resume = _checkpointed(tmp_path, 2, 11, d=2, k=0)
     tiles = sorted(tmp_path.rglob("tile-*.npy"))
     tiles[0].write_bytes(tiles[0].read_bytes()[:90])  # truncated by something outside the library
     np.save(tiles[1], np.zeros(3))  # another array under a tile's name
     kernel_calls.clear()
     with pytest.warns(UserWarning, match="checkpoint tile .*tile-0000000.npy cannot be read") as record:
-        resumed = exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path)
+        resumed = resume()
     assert any("tile-0000001.npy holds float64 [3], not float64 [50]" in str(w.message) for w in record)
     np.testing.assert_array_equal(resumed, full)
     assert kernel_calls == [50, 50]
     kernel_calls.clear()
-    np.testing.assert_array_equal(exact_distances(support, support, pairs, tile_size=50, checkpoint=tmp_path), full)
+    np.testing.assert_array_equal(resume(), full)
     assert kernel_calls == []  # both were saved again
