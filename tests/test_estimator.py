@@ -224,3 +224,59 @@ def test_pipeline_with_a_precomputed_svc_equals_slices_of_the_full_kernel(mutag)
         svc = SVC(kernel="precomputed", C=params["svc__C"])
         manual = [svc.fit(k[np.ix_(tr, tr)], y[tr]).score(k[np.ix_(te, tr)], y[te]) for tr, te in folds]
         assert mean == pytest.approx(np.mean(manual), abs=1e-12)
+
+
+def test_paper_grids_are_the_spec_grids():
+    from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS
+
+    assert PAPER_LAMS == pytest.approx((1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0), rel=1e-12)
+    assert PAPER_CS == pytest.approx((1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0), rel=1e-12)
+
+
+def _nested_by_hand(w, y, lams, Cs, seeds, n_outer, n_inner):
+    """SPEC section 5 written out loop by loop: shuffled, seeded outer and inner stratified
+    folds; (d, k), then lam, then C, the first best mean inner accuracy wins."""
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.svm import SVC
+
+    def accuracy(k, fit_rows, test_rows, labels, C):
+        svc = SVC(kernel="precomputed", C=C).fit(k[np.ix_(fit_rows, fit_rows)], labels[fit_rows])
+        return float(np.mean(svc.predict(k[np.ix_(test_rows, fit_rows)]) == labels[test_rows]))
+
+    folds, selected = [], []
+    for seed in seeds:
+        outer = StratifiedKFold(n_outer, shuffle=True, random_state=seed)
+        for train, test in outer.split(np.zeros(len(y)), y):
+            inner = list(StratifiedKFold(n_inner, shuffle=True, random_state=seed).split(train, y[train]))
+            best, best_score = None, -1.0
+            for key in sorted(w):
+                for lam in lams:
+                    k_train = np.exp(-lam * w[key][np.ix_(train, train)])
+                    for C in Cs:
+                        score = sum(accuracy(k_train, a, b, y[train], C) for a, b in inner) / len(inner)
+                        if score > best_score:
+                            best, best_score = (key, lam, C), score
+            key, lam, C = best
+            k = np.exp(-lam * w[key])
+            all_rows = np.concatenate([train, test])
+            fit_rows, test_rows = np.arange(len(train)), np.arange(len(train), len(all_rows))
+            folds.append(100.0 * accuracy(k[np.ix_(all_rows, all_rows)], fit_rows, test_rows, y[all_rows], C))
+            selected.append({"seed": seed, "d": key[0], "k": key[1], "lam": lam, "C": C})
+    return folds, selected
+
+
+def test_nested_protocol_equals_the_spec_written_out(mutag):
+    from mwsp_torch import nested_protocol
+
+    graphs, y = mutag
+    w = {(1, 0): MWSP(d=1, k=0).fit(graphs).distances_, (2, 0): MWSP(d=2, k=0).fit(graphs).distances_}
+    grid = {"lams": (0.01, 1.0, 10.0), "Cs": (0.1, 1.0, 100.0), "seeds": (0, 3), "n_outer": 3, "n_inner": 3}
+    result = nested_protocol(w, y, **grid)
+    folds, selected = _nested_by_hand(w, y, **grid)
+    assert result["fold_accuracies"] == pytest.approx(folds, abs=1e-12)
+    assert result["selected"] == selected
+    repetitions = [np.mean(folds[:3]), np.mean(folds[3:])]
+    assert result["repetition_accuracies"] == pytest.approx(repetitions, abs=1e-12)
+    assert result["accuracy_mean"] == pytest.approx(np.mean(repetitions), abs=1e-12)
+    assert result["accuracy_std"] == pytest.approx(np.std(repetitions), abs=1e-12)
+    assert result["fold_accuracy_std"] == pytest.approx(np.std(folds), abs=1e-12)
