@@ -190,6 +190,15 @@ def test_graphs_of_one_measure_are_solved_once_and_match_reference():
     assert model.distances_[0, 2] == model.distances_[0, 4] == model.distances_[2, 4] == 0.0
 
 
+def test_measures_are_equal_only_for_proportional_counts():
+    # Counts (2, 3) and (1, 1) on the same rows are not one measure; (1, 1) and (2, 2) are.
+    graphs = [(5, [], [0, 0, 1, 1, 1]), (2, [], [0, 1]), (4, [], [0, 0, 1, 1])]
+    model = MWSP(d=0, k=0).fit(datas(graphs))
+    assert model.timings_["distinct_measures"] == 2
+    np.testing.assert_allclose(model.distances_, distance_matrix(graphs, 0, 0, "split"), rtol=1e-12)
+    assert model.distances_[0, 1] == pytest.approx(0.1 * np.sqrt(2), rel=1e-12)
+
+
 def test_pipeline_with_a_precomputed_svc_equals_slices_of_the_full_kernel(mutag):
     """``make_pipeline(MWSP(), SVC(kernel="precomputed"))`` in scikit-learn's model
     selection: each fold fits MWSP on its training graphs and transforms its test graphs,

@@ -293,6 +293,20 @@ def test_checkpoint_is_keyed_by_inputs(tmp_path):
     np.testing.assert_array_equal(MWSP(d=3, k=1, checkpoint=str(tmp_path)).fit(graphs).distances_, b)
 
 
+def test_checkpoint_is_keyed_by_both_sides_and_the_pairs(tmp_path):
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    support = MWSP(d=2, k=0).fit(graphs).support_
+    pairs = np.array([[0, 0], [1, 1], [2, 0]])
+    for right, rows in (
+        (support.take([0, 1]), pairs),
+        (support.take([2, 3]), pairs),
+        (support.take([2, 3]), pairs[:2]),
+    ):
+        expected = exact_distances(support, right, rows, tile_size=2)
+        np.testing.assert_array_equal(exact_distances(support, right, rows, tile_size=2, checkpoint=tmp_path), expected)
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 3
+
+
 def _sinkhorn_case():
     """Seven small graphs of several sizes (two identical), their support set and pairs in reverse order."""
     rng = np.random.default_rng(4)
