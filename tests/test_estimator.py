@@ -121,6 +121,11 @@ def test_single_column_x_is_a_label_column_in_every_graph():
     w_l = MWSP(d=1, k=0).fit(via_label).distances_
     np.testing.assert_array_equal(w_x, w_l)
     assert w_x[0, 2] > 0
+    # The same when the fit sees only all-ones columns (one-hot-looking) and transform the zeros.
+    fitted_x, fitted_l = MWSP(d=1, k=0).fit(via_x[:1]), MWSP(d=1, k=0).fit(via_label[:1])
+    cross = fitted_x.cross_distances(via_x[2:])
+    np.testing.assert_array_equal(cross, fitted_l.cross_distances(via_label[2:]))
+    assert cross[0, 0] == w_x[2, 0] > 0
 
 
 def test_krein_projector_flip_and_clip():
