@@ -147,6 +147,16 @@ def test_simplex_equals_pot(m, n, seed, kind):
     _check(counts_a, counts_b, cost)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_simplex_equals_pot_on_near_ties(seed):
+    # Costs on a 0.1 grid plus gaps of 1e-7: an arc whose reduced cost is -1e-7 must still
+    # enter (a pricing tolerance of 1e-6 left 1e-7 relative errors, over the 1e-9 bar).
+    rng = np.random.default_rng(seed)
+    m, n = rng.integers(8, 30, size=2)
+    cost = np.round(rng.random((m, n)), 1) + 1e-7 * rng.random((m, n))
+    _check(rng.integers(1, 4, size=m).astype(np.int64), rng.integers(1, 4, size=n).astype(np.int64), cost)
+
+
 @pytest.mark.parametrize("size", [28, 60, 150])
 def test_simplex_equals_pot_on_larger_problems(size):
     rng = np.random.default_rng(size)
