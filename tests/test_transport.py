@@ -174,13 +174,17 @@ def test_simplex_on_identical_uniform_problem_is_zero():
     assert transport_cost(np.full(5, 5, np.int64), np.full(5, 5, np.int64), cost) == 0.0
 
 
-def test_compiled_engine_equals_pot_on_collapsed_pairs():
-    graphs, _ = make_csl(graphs_per_class=2, num_nodes=13, seed=3)
-    model = MWSP(d=2, k=1).fit(graphs)
-    pairs = upper_pairs(len(graphs))
-    reference = pot_distances(model.support_, model.support_, pairs)
-    got = model.distances_[pairs[:, 0], pairs[:, 1]]
-    np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
+def test_compiled_engine_equals_pot_on_collapsed_pairs(mutag):
+    # CSL: equal sizes; MUTAG: sizes 10 to 28 sharing rows, where cancelling shared mass
+    # must weigh each side's counts by the other side's size.
+    csl, _ = make_csl(graphs_per_class=2, num_nodes=13, seed=3)
+    for graphs in (csl, mutag[0][:30]):
+        model = MWSP(d=2, k=1).fit(graphs)
+        pairs = upper_pairs(len(graphs))
+        reference = pot_distances(model.support_, model.support_, pairs)
+        got = model.distances_[pairs[:, 0], pairs[:, 1]]
+        np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
+    assert len(set(model.support_.sizes)) > 5
 
 
 def test_interleaved_chunks_cover_every_pair(mutag):
