@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import numbers
-import os
 import time
 
 import numpy as np
@@ -21,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from mwsp_torch._interning import Vocabulary
-from mwsp_torch.kernel import laplacian_kernel
+from mwsp_torch.kernel import is_positive_number, laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (
@@ -29,6 +28,7 @@ from mwsp_torch.transport import (
     RowVocabulary,
     SupportSet,
     batched_exact_distances,
+    checkpoint_directory,
     collapse,
     exact_distances,
     sinkhorn_distances,
@@ -125,11 +125,11 @@ class MWSP(TransformerMixin, BaseEstimator):
             value = getattr(self, name)
             if not _is_integer(value) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if not _is_real(self.lam) or not (np.isfinite(self.lam) and self.lam > 0):
+        if not is_positive_number(self.lam):
             raise ValueError(f"lam must be > 0 and finite, got {self.lam!r}")
         if not _is_integer(self.n_jobs) or (self.n_jobs < 1 and self.n_jobs != -1):
             raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {self.n_jobs!r}")
-        if not _is_real(self.blur) or not (np.isfinite(self.blur) and self.blur > 0):
+        if not is_positive_number(self.blur):
             raise ValueError(f"blur must be > 0 and finite, got {self.blur!r}")
         if not _is_real(self.scaling) or not 0 < self.scaling < 1:
             raise ValueError(f"scaling must be in (0, 1), got {self.scaling!r}")
@@ -140,10 +140,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         if self.exact_engine not in EXACT_ENGINES:
             raise ValueError(f"exact_engine must be one of {EXACT_ENGINES}, got {self.exact_engine!r}")
         if self.checkpoint is not None:
-            if not isinstance(self.checkpoint, (str, os.PathLike)) or str(self.checkpoint) == "":
-                raise ValueError(f"checkpoint must be a directory path, got {self.checkpoint!r}")
-            if os.path.exists(self.checkpoint) and not os.path.isdir(self.checkpoint):
-                raise ValueError(f"checkpoint {str(self.checkpoint)!r} exists and is not a directory")
+            checkpoint_directory(self.checkpoint)
             if self.solver != "exact":
                 raise ValueError(f"checkpoint is only kept by the compiled exact engine, not by solver={self.solver!r}")
         if self.solver == "exact" and self.checkpoint is not None and self.exact_engine != "compiled":

@@ -20,6 +20,16 @@ KREIN_MODES = ("flip", "clip")
 SYMMETRY_TOL = 1e-10
 
 
+def is_positive_number(value) -> bool:
+    """A real number (not a bool, a string or None), finite and > 0."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, (bool, np.bool_))
+        and bool(np.isfinite(value))
+        and value > 0
+    )
+
+
 def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:
     """``exp(-lam * W)`` elementwise.
 
@@ -27,7 +37,7 @@ def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:
         distances (np.ndarray): W, any shape.
         lam (float): ``lam > 0``.
     """
-    if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (np.isfinite(lam) and lam > 0):
+    if not is_positive_number(lam):
         raise ValueError(f"lam must be > 0 and finite, got {lam!r}")
     distances = np.asarray(distances, dtype=np.float64)
     bad = ~np.isfinite(distances) | (distances < 0)

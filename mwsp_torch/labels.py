@@ -315,8 +315,6 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
         raise ValueError(
             f"graph {index}: {source} has a label that int64 cannot hold ({beyond!r}); labels are read as int64"
         )
-    if not np.issubdtype(lab.dtype, np.integer):
-        lab = lab.astype(np.int64)
     if lab.ndim == 1:
         lab = lab[:, None]
     if lab.ndim != 2 or lab.shape[0] != num_nodes or lab.shape[1] == 0:
@@ -335,11 +333,9 @@ def _as_graph_list(graphs) -> Sequence:
         raise ValueError(f"expected a list of graphs, got one {type(graphs).__name__}; wrap it in a list")
     if isinstance(graphs, torch.utils.data.DataLoader):
         raise ValueError("expected a list of graphs, got a DataLoader, which yields batches; pass loader.dataset")
-    if isinstance(graphs, (str, bytes, dict)):
-        raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
     if isinstance(graphs, (list, tuple)):
         return graphs
-    if isinstance(graphs, Iterable):
+    if isinstance(graphs, Iterable) and not isinstance(graphs, (str, bytes, dict)):
         return list(graphs)
     raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
 

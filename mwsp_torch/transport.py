@@ -620,6 +620,17 @@ def exact_distances(
     return out
 
 
+def checkpoint_directory(directory) -> Path:
+    """``directory`` as a ``Path``, refused unless it can hold checkpoint tiles: a non-empty
+    path that is a directory or does not exist yet (it is then created)."""
+    if not isinstance(directory, (str, os.PathLike)) or str(directory) == "":
+        raise ValueError(f"checkpoint must be a directory path, got {directory!r}")
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"checkpoint {str(directory)!r} exists and is not a directory")
+    return path
+
+
 class _TileStore:
     """Finished tiles on disk, keyed by a fingerprint of everything that determines them."""
 
@@ -628,9 +639,7 @@ class _TileStore:
         for array in (pairs, *left.arrays(), *right.arrays(), *_bank_arrays(left.rows)):
             digest.update(np.ascontiguousarray(array).tobytes())
         digest.update(str(tile_size).encode())
-        if str(directory) == "" or (Path(directory).exists() and not Path(directory).is_dir()):
-            raise ValueError(f"checkpoint must be a directory, got {str(directory)!r}")
-        self.directory = Path(directory) / digest.hexdigest()[:20]
+        self.directory = checkpoint_directory(directory) / digest.hexdigest()[:20]
         self.directory.mkdir(parents=True, exist_ok=True)
         # A run killed while saving leaves its temporary file (see save): drop those of dead runs.
         for stale in self.directory.glob(".tile-*.npy"):
