@@ -51,6 +51,20 @@ def cached_distances(
         ``(W, timings)``; timings has ``features`` and ``transport`` seconds of
         the run that computed W, and ``cached`` (bool).
     """
+    model = MWSP(
+        d=d,
+        k=k,
+        paths=paths,
+        solver=solver,
+        labels=labels,
+        device=device,
+        exact_engine=exact_engine,
+        n_jobs=n_jobs,
+        blur=blur,
+        checkpoint=checkpoint,
+        progress=progress,
+    )
+    model._validate_params()  # a cache hit must not let bad parameters pass unseen
     key = json.dumps(
         {
             "dataset": dataset,
@@ -78,19 +92,7 @@ def cached_distances(
                 return stored["distances"], timings
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             warnings.warn(f"cached distances {path} cannot be read ({err}); computing them again", stacklevel=2)
-    model = MWSP(
-        d=d,
-        k=k,
-        paths=paths,
-        solver=solver,
-        labels=labels,
-        device=device,
-        exact_engine=exact_engine,
-        n_jobs=n_jobs,
-        blur=blur,
-        checkpoint=checkpoint,
-        progress=progress,
-    ).fit(graphs)
+    model.fit(graphs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, distances=model.distances_, **model.timings_)

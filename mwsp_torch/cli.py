@@ -170,8 +170,8 @@ def _evaluate(args) -> dict:
 
 
 def _check_args(parser: argparse.ArgumentParser, args) -> None:
-    """What argparse's types cannot say, refused before any data is read (a cached
-    result would otherwise skip the checks the estimator makes)."""
+    """What argparse's types cannot say, refused by the flag's name before any data is read
+    (``cached_distances`` checks the same parameters again, by the estimator's names)."""
     if args.n_jobs < 1 and args.n_jobs != -1:
         parser.error(f"--n-jobs must be >= 1, or -1 for every core, got {args.n_jobs}")
     if not (np.isfinite(args.blur) and args.blur > 0):

@@ -229,6 +229,15 @@ def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
     assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
 
 
+def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
+    graphs = mutag[0][:8]
+    cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="n_jobs must be an integer >= 1, or -1"):
+        cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path, n_jobs=0)
+    with pytest.raises(ValueError, match="checkpoint is only kept by the compiled exact engine"):
+        cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", checkpoint="ckpt")
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
