@@ -5,7 +5,7 @@
 #   .data/ the TU datasets' raw files, one xz tarball (../shared does not travel).
 # Both folders are ignored through .git/info/exclude, as the device tool's `carry` needs.
 # Then, with the device tool: carry [".whl", ".data"], command
-#   bash benchmarks/gpu/run_on_device.sh thread      (or: tests, sinkhorn)
+#   bash benchmarks/gpu/run_on_device.sh thread      (or: tests, phases, sinkhorn)
 #
 # Usage: bash benchmarks/gpu/prepare_carry.sh   (DATASETS="MUTAG NCI1" to pack fewer)
 set -euo pipefail

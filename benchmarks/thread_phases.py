@@ -1,0 +1,83 @@
+"""Where the thread engine's time goes on a GPU: table, kernel launches, kernels, host pairs.
+
+:func:`mwsp_torch.transport.thread_exact_distances` launches its CUDA kernels chunk by
+chunk, then solves the pairs too large for a thread (more than ``MAX_NODES`` points) on
+the host, then fetches the GPU's values. That only overlaps host and GPU work if the
+launches return at once. On an H100 (2026-11-24) they did not: returning from the launch
+loop took the whole kernel time (4.78 s of the 6.16 s for all NCI1 pairs), and the host's
+0.94 s of large pairs came after it. This script times each phase on its own, for each
+``--chunk-sizes`` (``0``: one launch for all pairs), so one call on a GPU shows whether
+fewer launches let the loop return before the kernels end. Prints one JSON object per
+repetition and chunk size.
+
+Usage (on a GPU machine)::
+
+    python benchmarks/thread_phases.py --dataset NCI1 --chunk-sizes 2097152 0 --n-jobs 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("KEOPS_VERBOSE", "0")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_sinkhorn import add_problem_arguments, support_and_pairs  # noqa: E402
+
+from mwsp_torch import _thread_simplex as ts  # noqa: E402
+from mwsp_torch import transport  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_problem_arguments(parser, pairs=8443995)
+    parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[1 << 21, 0], help="0: all pairs in one launch")
+    parser.add_argument("--n-jobs", type=int, default=-1, help="host threads (large pairs)")
+    parser.add_argument("--threads-per-block", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    from numba import cuda
+
+    support, pairs = support_and_pairs(args)
+    pairs = np.ascontiguousarray(pairs, dtype=np.int64)
+    points = np.diff(support.graph_ptr)[pairs[:, 0]] + np.diff(support.graph_ptr)[pairs[:, 1]]
+    small = np.ascontiguousarray(pairs[points <= ts.MAX_NODES])
+    large = np.ascontiguousarray(pairs[points > ts.MAX_NODES])
+    sets = (*support.arrays(), *support.arrays())
+    kwargs = {"device": "cuda", "n_jobs": args.n_jobs, "threads_per_block": args.threads_per_block}
+    transport.thread_exact_distances(support, support, pairs[:2000], **kwargs)  # compiles both engines
+    for _ in range(args.repeats):
+        for chunk_size in args.chunk_sizes:
+            chunk = chunk_size or len(small)
+            row = {"dataset": args.dataset, "d": args.d, "k": args.k, "small": len(small), "large": len(large)}
+            row["chunk_size"] = chunk
+            start = time.perf_counter()
+            bank = transport._table_bank(support, support, 1 << 30, "thread")
+            table = transport._row_distance_table(*transport._bank_arrays(bank))
+            row["table_s"] = time.perf_counter() - start
+            cuda.synchronize()
+            start = time.perf_counter()
+            launched = transport._launch_thread_kernels("cuda", small, sets, table, chunk, args.threads_per_block)
+            row["launch_loop_s"] = time.perf_counter() - start
+            cuda.synchronize()
+            row["kernels_s"] = time.perf_counter() - start
+            del launched
+            start = time.perf_counter()
+            transport.exact_distances(support, support, large, n_jobs=args.n_jobs, table=table)
+            row["host_large_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            transport.thread_exact_distances(support, support, pairs, chunk_size=chunk, **kwargs)
+            row["whole_s"] = time.perf_counter() - start
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
