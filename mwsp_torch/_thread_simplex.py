@@ -420,6 +420,27 @@ def _build(jit):
 _KERNELS: dict[str, object] = {}
 
 
+def import_numba_cuda():
+    """``numba.cuda``, or a ``RuntimeError`` that says why it cannot be imported.
+
+    A failed import otherwise surfaces as an error deep inside numba: on the GPU image of
+    2026-11-24, numba-cuda registered an overload of ``numpy.row_stack``, which numpy 2.5
+    no longer has, so ``import numba.cuda`` raised ``AttributeError``."""
+    import importlib
+
+    try:
+        return importlib.import_module("numba.cuda")
+    except (ImportError, AttributeError) as error:
+        import numba
+
+        raise RuntimeError(
+            f"exact_engine='thread' on a GPU needs numba.cuda, which failed to import (numba {numba.__version__}, "
+            f"numpy {np.__version__}): {type(error).__name__}: {error}. If the error names a numpy function "
+            "(numpy.row_stack: numpy 2.5 removed it), install a numba-cuda release that supports this numpy or "
+            "an older numpy; solver='exact' with exact_engine='compiled' needs no GPU."
+        ) from error
+
+
 def cpu_kernel():
     """The solver compiled by ``numba.njit``, as a ``prange`` kernel over pairs (built once)."""
     if "cpu" not in _KERNELS:
@@ -453,10 +474,8 @@ def cuda_kernel():
     """The solver compiled by ``numba.cuda.jit``, one pair per thread (built on first use)."""
     global cuda
     if "cuda" not in _KERNELS:
-        import numba.cuda
+        cuda = import_numba_cuda()
         from numba import float64, int32, int64
-
-        cuda = numba.cuda
 
         solve_pair = _build(cuda.jit(device=True))
         nodes = MAX_NODES + 1

@@ -1282,10 +1282,9 @@ def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, s
 def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
     """Launch the CUDA kernel on every chunk of ``pairs`` (asynchronous: the host goes on);
     returns ``(lo, hi, values, status)`` device arrays per chunk, to fetch."""
-    from numba import cuda
+    from mwsp_torch._thread_simplex import cuda_kernel, import_numba_cuda
 
-    from mwsp_torch._thread_simplex import cuda_kernel
-
+    cuda = import_numba_cuda()
     if ":" in device:
         cuda.select_device(int(device.split(":")[1]))
     kernel = cuda_kernel()

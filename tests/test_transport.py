@@ -680,6 +680,37 @@ def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     assert np.all(np.isin(status, [SOLVED, TOO_LARGE]))
 
 
+@pytest.mark.parametrize("broken", ["missing", "numpy_mismatch"])
+def test_thread_engine_names_why_numba_cuda_cannot_be_imported(monkeypatch, broken):
+    """On the GPU image of 2026-11-24 ``import numba.cuda`` raised ``AttributeError`` (numba-cuda
+    against numpy 2.5, which dropped ``row_stack``) from deep inside numba. The thread engine
+    on ``cuda`` now says what failed and what to do, before it builds any kernel."""
+    import importlib
+    import sys
+
+    from mwsp_torch import _thread_simplex
+    from mwsp_torch.transport import thread_exact_distances
+
+    if broken == "missing":
+        monkeypatch.setitem(sys.modules, "numba.cuda", None)  # import numba.cuda raises ImportError
+    else:
+        real = importlib.import_module
+
+        def import_module(name, package=None):
+            if name == "numba.cuda":
+                raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+            return real(name, package)
+
+        monkeypatch.setattr(importlib, "import_module", import_module)
+    monkeypatch.setattr(_thread_simplex, "_KERNELS", {})
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    model = MWSP(d=2, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    expected = "needs numba.cuda, which failed to import" + (".*row_stack" if broken == "numpy_mismatch" else "")
+    with pytest.raises(RuntimeError, match=expected):
+        thread_exact_distances(model.support_, model.support_, pairs, device="cuda")
+
+
 def test_thread_engine_refuses_bad_input():
     from mwsp_torch.transport import thread_exact_distances
 
