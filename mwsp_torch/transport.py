@@ -1206,10 +1206,13 @@ def thread_exact_distances(
     are bit for bit :func:`exact_distances`' with ``costs="table"``) and runs the
     transportation simplex on bit masks. Pairs whose two supports hold more than
     :data:`mwsp_torch._thread_simplex.MAX_NODES` points together go to
-    :func:`exact_distances` on the host (``n_jobs`` threads), while the GPU works: its
-    kernels are launched first, and their results fetched after. On ``device="cpu"`` the
-    same solver runs compiled for the CPU in a ``prange`` loop, chunk after chunk: that is
-    how it is tested without a GPU, and it is slower than :func:`exact_distances`.
+    :func:`exact_distances` on the host (``n_jobs`` threads). The kernels are launched
+    first and their results fetched after, so that the host's pairs could run while the
+    GPU works; on an H100 they did not (2026-11-24): the launch loop returned only when
+    the kernels ended (``benchmarks/thread_phases.py``, ``benchmarks/README.md``). On
+    ``device="cpu"`` the same solver runs compiled for the CPU in a ``prange`` loop, chunk
+    after chunk: that is how it is tested without a GPU, and it is slower than
+    :func:`exact_distances`.
 
     Args:
         left, right, pairs, progress: as in :func:`exact_distances`.
@@ -1280,8 +1283,9 @@ def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, s
 
 
 def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
-    """Launch the CUDA kernel on every chunk of ``pairs`` (asynchronous: the host goes on);
-    returns ``(lo, hi, values, status)`` device arrays per chunk, to fetch."""
+    """Launch the CUDA kernel on every chunk of ``pairs``; returns ``(lo, hi, values, status)``
+    device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
+    an H100 this loop returned only when the kernels ended (see :func:`thread_exact_distances`)."""
     from mwsp_torch._thread_simplex import cuda_kernel, import_numba_cuda
 
     cuda = import_numba_cuda()
