@@ -10,7 +10,6 @@ tables, so the fitted state never changes.
 from __future__ import annotations
 
 import copy
-import numbers
 import time
 
 import numpy as np
@@ -20,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from mwsp_torch._interning import Vocabulary
-from mwsp_torch.kernel import is_positive_number, laplacian_kernel
+from mwsp_torch.kernel import is_positive_number, is_real, laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (
@@ -131,7 +130,7 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {self.n_jobs!r}")
         if not is_positive_number(self.blur):
             raise ValueError(f"blur must be > 0 and finite, got {self.blur!r}")
-        if not _is_real(self.scaling) or not 0 < self.scaling < 1:
+        if not is_real(self.scaling) or not 0 < self.scaling < 1:
             raise ValueError(f"scaling must be in (0, 1), got {self.scaling!r}")
         if self.paths not in PATH_MODES:
             raise ValueError(f"paths must be one of {PATH_MODES}, got {self.paths!r}")
@@ -143,10 +142,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             checkpoint_directory(self.checkpoint)
             if self.solver != "exact":
                 raise ValueError(f"checkpoint is only kept by the compiled exact engine, not by solver={self.solver!r}")
-        if self.solver == "exact" and self.checkpoint is not None and self.exact_engine != "compiled":
-            raise ValueError(
-                f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
-            )
+            if self.exact_engine != "compiled":
+                raise ValueError(
+                    f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
+                )
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
 
@@ -274,11 +273,6 @@ class MWSP(TransformerMixin, BaseEstimator):
 def _is_integer(value) -> bool:
     """An int (not a bool, which Python counts as one)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value) -> bool:
-    """A real number (not a bool, a string or None)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _widen(matrix: sp.csr_matrix, width: int) -> sp.csr_matrix:

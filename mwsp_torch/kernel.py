@@ -20,14 +20,14 @@ KREIN_MODES = ("flip", "clip")
 SYMMETRY_TOL = 1e-10
 
 
+def is_real(value) -> bool:
+    """A real number (not a bool, which Python counts as one, a string or None)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
 def is_positive_number(value) -> bool:
-    """A real number (not a bool, a string or None), finite and > 0."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, (bool, np.bool_))
-        and bool(np.isfinite(value))
-        and value > 0
-    )
+    """A real number (see :func:`is_real`), finite and > 0."""
+    return is_real(value) and bool(np.isfinite(value)) and value > 0
 
 
 def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:
