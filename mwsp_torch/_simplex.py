@@ -177,6 +177,26 @@ def _take(pool, offset, size):
 
 
 @njit(cache=True, nogil=True)
+def _check_masses(supply, demand, cost):
+    """Raise ``ValueError`` unless the masses are a balanced problem over ``cost``."""
+    if supply.shape[0] == 0 or demand.shape[0] == 0:
+        raise ValueError("transport_cost: supply and demand need at least one point each")
+    if cost.shape[0] != supply.shape[0] or cost.shape[1] < demand.shape[0]:
+        raise ValueError("transport_cost: cost must have a row per supply point and a column per demand point")
+    total = 0
+    for s in supply:
+        if s <= 0:
+            raise ValueError("transport_cost: every supply mass must be > 0")
+        total += s
+    for d in demand:
+        if d <= 0:
+            raise ValueError("transport_cost: every demand mass must be > 0")
+        total -= d
+    if total != 0:
+        raise ValueError("transport_cost: supply and demand must have the same total")
+
+
+@njit(cache=True, nogil=True)
 def transport_cost(
     supply,
     demand,
@@ -204,9 +224,15 @@ def transport_cost(
 
     Returns:
         float64 optimal cost (not divided by the total mass).
+
+    Raises:
+        ValueError: on an empty side, a mass that is not positive, unequal totals or
+            costs of fewer rows or columns than the masses (the start would otherwise
+            read and write past its arrays).
     """
     m = supply.shape[0]
     n = demand.shape[0]
+    _check_masses(supply, demand, cost)
     num_basic = m + n - 1
     num_nodes = m + n
     # One integer pool, carved into the working arrays (fewer allocations per solve).

@@ -174,6 +174,23 @@ def test_simplex_on_identical_uniform_problem_is_zero():
     assert transport_cost(np.full(5, 5, np.int64), np.full(5, 5, np.int64), cost) == 0.0
 
 
+@pytest.mark.parametrize(
+    ("supply", "demand", "shape", "message"),
+    [
+        ([3, 2], [2, 2], (2, 2), "same total"),
+        ([3, 2], [6, -1], (2, 2), "demand mass must be > 0"),
+        ([5, 0], [2, 3], (2, 2), "supply mass must be > 0"),
+        ([], [1], (0, 1), "at least one point"),
+        ([2, 2], [1, 3], (2, 1), "a column per demand point"),
+        ([2, 2], [1, 3], (3, 2), "a row per supply point"),
+    ],
+)
+def test_simplex_refuses_unbalanced_or_misshaped_problems(supply, demand, shape, message):
+    # Unbalanced masses once ran the start past its arrays (a segfault, not an error).
+    with pytest.raises(ValueError, match=message):
+        transport_cost(np.array(supply, np.int64), np.array(demand, np.int64), np.ones(shape))
+
+
 def test_compiled_engine_equals_pot_on_collapsed_pairs(mutag):
     # CSL: equal sizes; MUTAG: sizes 10 to 28 sharing rows, where cancelling shared mass
     # must weigh each side's counts by the other side's size.
