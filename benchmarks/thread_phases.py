@@ -10,6 +10,14 @@ loop took the whole kernel time (4.78 s of the 6.16 s for all NCI1 pairs), and t
 fewer launches let the loop return before the kernels end. Prints one JSON object per
 repetition and chunk size.
 
+First it prints one ``probe`` object that tells the possible causes apart: the CUDA and
+numba settings in the environment (``CUDA_LAUNCH_BLOCKING=1`` would make every launch
+wait), then how long a launch call takes against its kernel for two toy kernels that
+spin ``--probe-spins`` steps in each thread, one with no local memory and one with as much as the
+solver's kernel (``--probe-local-bytes``, its 16,880 bytes a thread rounded up). If only
+the second launch waits, local memory is the cause; if both wait, launches wait for any
+kernel here; if neither, the solver's own launches wait for something else.
+
 Usage (on a GPU machine)::
 
     python benchmarks/thread_phases.py --dataset NCI1 --chunk-sizes 2097152 0 --n-jobs 16
@@ -35,6 +43,53 @@ from mwsp_torch import _thread_simplex as ts  # noqa: E402
 from mwsp_torch import transport  # noqa: E402
 
 
+def launch_probe(spins: int, local_bytes: int, blocks: int, threads_per_block: int) -> dict:
+    """Launch-call and kernel seconds of two toy kernels: one without local memory, one with
+    ``local_bytes`` a thread (touched, so that the compiler keeps it)."""
+    global cuda  # a module global, as kernels (and numba's simulator) resolve it
+    from numba import cuda, float64
+
+    words = max(1, local_bytes // 8)
+
+    @cuda.jit
+    def plain(out, spins):
+        t = cuda.grid(1)
+        x = t + 1
+        for _ in range(spins):  # a dependent xorshift chain: busy, not optimised away
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+        if t < out.shape[0]:
+            out[t] = x
+
+    @cuda.jit
+    def with_local(out, spins):
+        t = cuda.grid(1)
+        scratch = cuda.local.array(words, float64)
+        for i in range(words):
+            scratch[i] = t + i
+        x = t + 1
+        for _ in range(spins):
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+        if t < out.shape[0]:
+            out[t] = x + scratch[x % words]
+
+    out = cuda.device_array(blocks * threads_per_block, dtype=np.float64)
+    row = {"probe_blocks": blocks, "probe_threads_per_block": threads_per_block, "probe_spins": spins}
+    row["probe_local_bytes"] = 8 * words
+    for name, kernel in (("plain", plain), ("local", with_local)):
+        kernel[blocks, threads_per_block](out, 0)  # compile and load, not timed
+        cuda.synchronize()
+        start = time.perf_counter()
+        kernel[blocks, threads_per_block](out, spins)
+        row[f"{name}_launch_s"] = time.perf_counter() - start
+        cuda.synchronize()
+        row[f"{name}_kernel_s"] = time.perf_counter() - start
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_problem_arguments(parser, pairs=8443995)
@@ -42,9 +97,18 @@ def main() -> None:
     parser.add_argument("--n-jobs", type=int, default=-1, help="host threads (large pairs)")
     parser.add_argument("--threads-per-block", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--probe-spins", type=int, default=50_000_000, help="toy kernels' loop (0: no probe)")
+    parser.add_argument("--probe-local-bytes", type=int, default=17 * 1024)
+    parser.add_argument("--probe-blocks", type=int, default=4 * 132)
     args = parser.parse_args()
 
     from numba import cuda
+
+    if args.probe_spins:
+        probe = {"probe": True, "env": {k: v for k, v in sorted(os.environ.items()) if "CUDA" in k or "NUMBA" in k}}
+        sizes = (args.probe_local_bytes, args.probe_blocks, args.threads_per_block)
+        probe.update(launch_probe(args.probe_spins, *sizes))
+        print(json.dumps(probe), flush=True)
 
     support, pairs = support_and_pairs(args)
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)

@@ -8,8 +8,10 @@
 #             200,000 pairs at 32-256 threads a block, then all 8,443,995 pairs
 #   tests     the whole suite with the CUDA tests on (pykeops' online backend left out:
 #             its nvrtc compile segfaulted on this image, third session of 2026-11-22)
-#   phases    benchmarks/thread_phases.py on all NCI1 pairs: the thread engine's table,
-#             launch loop, kernels and host pairs, for 2**21 pairs a launch and for one launch
+#   phases    benchmarks/thread_phases.py on all NCI1 pairs: first a probe (CUDA/NUMBA
+#             environment, and whether a toy kernel's launch waits for it, without and with
+#             the solver's local memory), then the thread engine's table, launch loop,
+#             kernels and host pairs, for 2**21 pairs a launch and for one launch
 #   sinkhorn  benchmarks/gpu_sinkhorn.py on NCI1, 1,000,000 random pairs, Triton backend,
 #             blur 0.01, scalings 0.9 and 0.5, float32 and float64 (the eighth session's
 #             settings; the script's defaults, geomloss at scaling 0.99, ran 1.6e4 pairs/s
