@@ -11,8 +11,9 @@ fewer launches let the loop return before the kernels end. Prints one JSON objec
 repetition and chunk size.
 
 First it prints one ``probe`` object that tells the possible causes apart: the CUDA and
-numba settings in the environment (``CUDA_LAUNCH_BLOCKING=1`` would make every launch
-wait), then how long a launch call takes against its kernel for two toy kernels that
+numba settings in the environment and numba's config (``CUDA_LAUNCH_BLOCKING=1`` would
+make every launch wait, and so would a kernel built with ``debug=True``, which copies an
+error flag back after each launch), then how long a launch call takes against its kernel for two toy kernels that
 spin ``--probe-spins`` steps in each thread, one with no local memory and one with as much as the
 solver's kernel (``--probe-local-bytes``, its 16,880 bytes a thread rounded up). If only
 the second launch waits, local memory is the cause; if both wait, launches wait for any
@@ -105,7 +106,13 @@ def main() -> None:
     from numba import cuda
 
     if args.probe_spins:
+        import numba
+
         probe = {"probe": True, "env": {k: v for k, v in sorted(os.environ.items()) if "CUDA" in k or "NUMBA" in k}}
+        # A kernel built with debug=True copies an error flag back after each launch: a wait.
+        names = ("CUDA_DEBUGINFO_DEFAULT", "CUDA_PER_THREAD_DEFAULT_STREAM", "CUDA_USE_NVIDIA_BINDING")
+        probe["numba_config"] = {name: getattr(numba.config, name, None) for name in names}
+        probe["solver_kernel_debug"] = getattr(ts.cuda_kernel(), "targetoptions", {}).get("debug")
         sizes = (args.probe_local_bytes, args.probe_blocks, args.threads_per_block)
         probe.update(launch_probe(args.probe_spins, *sizes))
         print(json.dumps(probe), flush=True)
