@@ -226,9 +226,9 @@ def transport_cost(
         float64 optimal cost (not divided by the total mass).
 
     Raises:
-        ValueError: on an empty side, a mass that is not positive, unequal totals or
-            costs of fewer rows or columns than the masses (the start would otherwise
-            read and write past its arrays).
+        ValueError: on an empty side, a mass that is not positive, unequal totals, or
+            costs without exactly one row per supply point or with fewer columns than
+            demand points (the start would otherwise read and write past its arrays).
     """
     m = supply.shape[0]
     n = demand.shape[0]
