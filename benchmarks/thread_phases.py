@@ -13,11 +13,12 @@ repetition and chunk size.
 First it prints one ``probe`` object that tells the possible causes apart: the CUDA and
 numba settings in the environment and numba's config (``CUDA_LAUNCH_BLOCKING=1`` would
 make every launch wait, and so would a kernel built with ``debug=True``, which copies an
-error flag back after each launch), then how long a launch call takes against its kernel for two toy kernels that
-spin ``--probe-spins`` steps in each thread, one with no local memory and one with as much as the
-solver's kernel (``--probe-local-bytes``, its 16,880 bytes a thread rounded up). If only
-the second launch waits, local memory is the cause; if both wait, launches wait for any
-kernel here; if neither, the solver's own launches wait for something else.
+error flag back after each launch), then how long a launch call takes against its kernel
+for two toy kernels that spin ``--probe-spins`` steps in each thread, one with no local
+memory and one with as much as the solver's kernel (``--probe-local-bytes``, its 16,880
+bytes a thread rounded up). If only the second launch waits, local memory is the cause;
+if both wait, launches wait for any kernel here; if neither, the solver's own launches
+wait for something else.
 
 Usage (on a GPU machine)::
 
@@ -52,14 +53,19 @@ def launch_probe(spins: int, local_bytes: int, blocks: int, threads_per_block: i
 
     words = max(1, local_bytes // 8)
 
-    @cuda.jit
-    def plain(out, spins):
-        t = cuda.grid(1)
+    @cuda.jit(device=True)
+    def spin(t, spins):
         x = t + 1
         for _ in range(spins):  # a dependent xorshift chain: busy, not optimised away
             x ^= (x << 13) & 0xFFFFFFFF
             x ^= x >> 17
             x ^= (x << 5) & 0xFFFFFFFF
+        return x
+
+    @cuda.jit
+    def plain(out, spins):
+        t = cuda.grid(1)
+        x = spin(t, spins)
         if t < out.shape[0]:
             out[t] = x
 
@@ -69,11 +75,7 @@ def launch_probe(spins: int, local_bytes: int, blocks: int, threads_per_block: i
         scratch = cuda.local.array(words, float64)
         for i in range(words):
             scratch[i] = t + i
-        x = t + 1
-        for _ in range(spins):
-            x ^= (x << 13) & 0xFFFFFFFF
-            x ^= x >> 17
-            x ^= (x << 5) & 0xFFFFFFFF
+        x = spin(t, spins)
         if t < out.shape[0]:
             out[t] = x + scratch[x % words]
 
