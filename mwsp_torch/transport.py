@@ -35,6 +35,7 @@ import hashlib
 import os
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -1206,13 +1207,16 @@ def thread_exact_distances(
     are bit for bit :func:`exact_distances`' with ``costs="table"``) and runs the
     transportation simplex on bit masks. Pairs whose two supports hold more than
     :data:`mwsp_torch._thread_simplex.MAX_NODES` points together go to
-    :func:`exact_distances` on the host (``n_jobs`` threads). The kernels are launched
-    first and their results fetched after, so that the host's pairs could run while the
-    GPU works; on an H100 they did not (2026-11-24): the launch loop returned only when
-    the kernels ended (``benchmarks/thread_phases.py``, ``benchmarks/README.md``). On
-    ``device="cpu"`` the same solver runs compiled for the CPU in a ``prange`` loop, chunk
-    after chunk: that is how it is tested without a GPU, and it is slower than
-    :func:`exact_distances`.
+    :func:`exact_distances` on the host (``n_jobs`` threads), while one worker thread
+    launches the kernels and fetches their results: on an H100 the launch loop itself
+    returned only when the kernels ended (2026-11-24, ``benchmarks/README.md``), so
+    launching first and solving on the host after did not overlap them. All CUDA calls
+    stay in that worker, so its device and context are one thread's. The host's ``prange``
+    kernel lets other Python threads run (measured: a spinning thread kept half its pace
+    beside it), and the CUDA driver bindings release the GIL in their calls (cuda-bindings
+    12.9.1 and later). On ``device="cpu"`` the same solver runs compiled for the CPU in a
+    ``prange`` loop, chunk after chunk, after the large pairs: that is how it is tested
+    without a GPU, and it is slower than :func:`exact_distances`.
 
     Args:
         left, right, pairs, progress: as in :func:`exact_distances`.
@@ -1240,24 +1244,24 @@ def thread_exact_distances(
     large = np.flatnonzero(points > ts.MAX_NODES)
     status = np.zeros(len(small), dtype=np.int8)
     values = np.zeros(len(small), dtype=np.float64)
-    launched = []
     table = _row_distance_table(*_bank_arrays(bank)) if len(pairs) else None  # one, for both engines
-    if len(small):
-        sets = (*left.arrays(), *right.arrays())
-        chosen = np.ascontiguousarray(pairs[small])
-        if kind == "cuda":
-            launched = _launch_thread_kernels(device, chosen, sets, table, chunk_size, threads_per_block)
-        else:
+    sets = (*left.arrays(), *right.arrays())
+    chosen = np.ascontiguousarray(pairs[small])
+    if kind == "cuda" and len(small):
+        ts.import_numba_cuda()  # a broken numba CUDA fails here, before any work
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mwsp-cuda") as worker:
+            gpu = worker.submit(
+                _thread_kernels_on_cuda, device, chosen, sets, table, chunk_size, threads_per_block, values, status
+            )
+            _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress)
+            gpu.result()
+        if progress is not None:
+            for lo in range(0, len(small), chunk_size):
+                progress(min(lo + chunk_size, len(small)) - lo)
+    else:
+        _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress)
+        if len(small):
             _run_thread_kernels_on_cpu(chosen, sets, table, chunk_size, n_jobs, values, status, progress)
-    if len(large):
-        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table=table)
-        if progress is not None:
-            progress(len(large))
-    for lo, hi, d_values, d_status in launched:
-        d_values.copy_to_host(values[lo:hi])
-        d_status.copy_to_host(status[lo:hi])
-        if progress is not None:
-            progress(hi - lo)
     out[small] = values
     if np.any(status == ts.PIVOT_LIMIT):
         bad = pairs[small[np.flatnonzero(status == ts.PIVOT_LIMIT)[0]]]
@@ -1280,6 +1284,22 @@ def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, s
             kernel(pairs[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
             if progress is not None:
                 progress(hi - lo)
+
+
+def _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress):
+    """``out[large]``: the pairs too large for the thread engine, by :func:`exact_distances`."""
+    if len(large):
+        out[large] = exact_distances(left, right, pairs[large], n_jobs=n_jobs, table=table)
+        if progress is not None:
+            progress(len(large))
+
+
+def _thread_kernels_on_cuda(device, pairs, sets, table, chunk_size, threads_per_block, values, status):
+    """The CUDA kernel on every chunk of ``pairs``, all launched, then fetched into ``values``
+    and ``status``: every CUDA call of :func:`thread_exact_distances`, in the thread that runs this."""
+    for lo, hi, d_values, d_status in _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
+        d_values.copy_to_host(values[lo:hi])
+        d_status.copy_to_host(status[lo:hi])
 
 
 def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):

@@ -750,11 +750,14 @@ def test_thread_engine_refuses_bad_input():
 
 SIMULATED = """
 import numpy as np
-from mwsp_torch import MWSP, load_tudataset
+from mwsp_torch import MWSP, _thread_simplex, load_tudataset
 from mwsp_torch.transport import thread_exact_distances, upper_pairs
 graphs = load_tudataset("MUTAG", root={root!r}, cache_dir={cache!r})[0][:24]
 model = MWSP(d=3, k=1).fit(graphs)
 pairs = upper_pairs(len(graphs))
+# A lower limit, so that some pairs go to the host while the worker thread runs the kernel.
+_thread_simplex.MAX_NODES = 30
+print(int(np.sum(np.diff(model.support_.graph_ptr)[pairs].sum(axis=1) > 30)))
 got = thread_exact_distances(model.support_, model.support_, pairs, device="cuda", threads_per_block=32)
 want = model.distances_[pairs[:, 0], pairs[:, 1]]
 print(float(np.max(np.abs(got - want) / np.maximum(want, 1e-300))))
@@ -769,9 +772,52 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
     script = SIMULATED.format(root=str(data_root), cache=str(cache_dir))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    large, error = done.stdout.strip().splitlines()[-2:]
+    assert 0 < int(large) < 276  # pairs on the host and pairs on the (simulated) GPU
     # Relative, not bit for bit: the CPU solver prices every row of small problems and roots
     # its first tree elsewhere, so the two take different pivots to the same optimum.
-    assert float(done.stdout.strip().splitlines()[-1]) <= 1e-12
+    assert float(error) <= 1e-12
+
+
+def test_thread_engine_solves_large_pairs_on_the_host_while_the_gpu_works(monkeypatch):
+    """On an H100 the launch loop returned only when the kernels ended, so the host's large
+    pairs, solved after it, did not overlap the GPU. The calling thread now solves them while
+    one worker thread makes every CUDA call. Here the worker's stand-in (the CPU kernel) waits
+    for the host's pairs to finish first: run one after the other, it would wait in vain."""
+    import threading
+
+    import mwsp_torch.transport as transport
+    from mwsp_torch import _thread_simplex
+
+    graphs = _random_graphs(0, 16, 12, 60, 6)
+    model = MWSP(d=3, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    host_done = threading.Event()
+    ran_in = {}
+    compiled = transport.exact_distances
+
+    def host(left, right, chosen, **kwargs):
+        ran_in["host"] = threading.current_thread()
+        values = compiled(left, right, chosen, **kwargs)
+        host_done.set()
+        return values
+
+    def worker(device, chosen, sets, table, chunk_size, threads_per_block, values, status):
+        ran_in["worker"] = threading.current_thread()
+        if not host_done.wait(timeout=60):
+            raise AssertionError("the host's pairs did not run while the CUDA worker was busy")
+        _thread_simplex.cpu_kernel()(chosen, *sets, table, values, status)
+
+    monkeypatch.setattr(transport, "exact_distances", host)
+    monkeypatch.setattr(transport, "_thread_kernels_on_cuda", worker)
+    monkeypatch.setattr(_thread_simplex, "import_numba_cuda", lambda: None)
+    done = []
+    got = transport.thread_exact_distances(
+        model.support_, model.support_, pairs, device="cuda", chunk_size=7, progress=done.append
+    )
+    np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-12, atol=1e-15)
+    assert ran_in["host"] is threading.main_thread() and ran_in["worker"] is not threading.main_thread()
+    assert sum(done) == len(pairs) and max(done) > 7  # the host's pairs, then the GPU's chunks
 
 
 def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls):
