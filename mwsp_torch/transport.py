@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -1194,7 +1195,7 @@ def thread_exact_distances(
     right: SupportSet,
     pairs: np.ndarray,
     device: str = "cpu",
-    chunk_size: int = 1 << 21,
+    chunk_size: int = 1 << 18,
     table_bytes: int = 1 << 30,
     n_jobs: int = -1,
     threads_per_block: int = 128,
@@ -1207,21 +1208,31 @@ def thread_exact_distances(
     are bit for bit :func:`exact_distances`' with ``costs="table"``) and runs the
     transportation simplex on bit masks. Pairs whose two supports hold more than
     :data:`mwsp_torch._thread_simplex.MAX_NODES` points together go to
-    :func:`exact_distances` on the host (``n_jobs`` threads), while one worker thread
-    launches the kernels and fetches their results: on an H100 the launch loop itself
-    returned only when the kernels ended (2026-11-24, ``benchmarks/README.md``), so
-    launching first and solving on the host after did not overlap them. All CUDA calls
-    stay in that worker, so its device and context are one thread's. The host's ``prange``
-    kernel lets other Python threads run (measured: a spinning thread kept half its pace
-    beside it), and the CUDA driver bindings release the GIL in their calls (cuda-bindings
-    12.9.1 and later). On ``device="cpu"`` the same solver runs compiled for the CPU in a
-    ``prange`` loop, chunk after chunk, after the large pairs: that is how it is tested
-    without a GPU, and it is slower than :func:`exact_distances`.
+    :func:`exact_distances` on the host (``n_jobs`` threads).
+
+    On ``cuda`` one worker thread makes every CUDA call (so one thread's device and
+    context): it takes chunks of the small pairs from the front of a shared queue,
+    launches the kernel on each and fetches its values before taking the next. Meanwhile
+    the calling thread solves the large pairs, then takes small pairs from the back of
+    the queue, a quarter chunk at a time, for :func:`exact_distances`. Each side so gets
+    work at its own pace, whether or not a launch returns before its kernel ends: on an
+    H100 it did not (2026-11-24, ``benchmarks/README.md``), and launching everything first
+    left the host's share to run after the GPU's. The host's ``prange`` kernel lets other
+    Python threads run (measured: a spinning thread kept half its pace beside it), and the
+    CUDA driver bindings release the GIL in their calls (cuda-bindings 12.9.1 and later).
+    Which side solves a small pair depends on timing, and the two solvers agree to about
+    1e-15 relative, not bit for bit; under ``torch.use_deterministic_algorithms(True)``
+    the host takes no small pairs, so a run repeats bit for bit.
+
+    On ``device="cpu"`` the same solver runs compiled for the CPU in a ``prange`` loop,
+    chunk after chunk, after the large pairs: that is how it is tested without a GPU, and
+    it is slower than :func:`exact_distances`.
 
     Args:
         left, right, pairs, progress: as in :func:`exact_distances`.
         device (str): ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"`` (default).
-        chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**21``).
+        chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**18``:
+            the GPU's last chunk is what the host may wait for at the end).
         table_bytes (int): the most bytes the distance table may take (default 1 GiB):
             this engine is for datasets of small graphs.
         n_jobs (int): host threads for the CPU kernel and for the large pairs (default ``-1``: all).
@@ -1236,6 +1247,8 @@ def thread_exact_distances(
     kind = device.split(":")[0]
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")
+    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
     out = np.zeros(len(pairs), dtype=np.float64)
     # Cancelling only removes points, so pairs of at most MAX_NODES points before it fit.
@@ -1248,16 +1261,31 @@ def thread_exact_distances(
     sets = (*left.arrays(), *right.arrays())
     chosen = np.ascontiguousarray(pairs[small])
     if kind == "cuda" and len(small):
+        import torch
+
         ts.import_numba_cuda()  # a broken numba CUDA fails here, before any work
+        queue = _PairQueue(len(small))
+        report = _serialized(progress)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mwsp-cuda") as worker:
             gpu = worker.submit(
-                _thread_kernels_on_cuda, device, chosen, sets, table, chunk_size, threads_per_block, values, status
-            )
-            _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress)
-            gpu.result()
-        if progress is not None:
-            for lo in range(0, len(small), chunk_size):
-                progress(min(lo + chunk_size, len(small)) - lo)
+                _thread_kernels_on_cuda, device, chosen, sets, table, queue, chunk_size, threads_per_block, values,
+                status, report,
+            )  # fmt: skip
+            try:
+                _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, report)
+                while not torch.are_deterministic_algorithms_enabled() and not gpu.done():
+                    span = queue.take(max(1, chunk_size // 4), from_back=True)
+                    if span is None:
+                        break
+                    lo, hi = span
+                    values[lo:hi] = exact_distances(left, right, chosen[lo:hi], n_jobs=n_jobs, table=table)
+                    status[lo:hi] = ts.SOLVED
+                    if report is not None:
+                        report(hi - lo)
+                gpu.result()
+            except BaseException:
+                queue.close()  # the worker stops after its current chunk
+                raise
     else:
         _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress)
         if len(small):
@@ -1286,6 +1314,45 @@ def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, s
                 progress(hi - lo)
 
 
+class _PairQueue:
+    """Spans of ``range(total)`` handed out once each, from the front or from the back."""
+
+    def __init__(self, total: int) -> None:
+        self._lo, self._hi = 0, total
+        self._lock = threading.Lock()
+
+    def take(self, size: int, from_back: bool = False) -> tuple[int, int] | None:
+        """The next ``size`` indices (fewer at the end) as ``(lo, hi)``, or None when none are left."""
+        with self._lock:
+            if self._lo >= self._hi:
+                return None
+            if from_back:
+                lo = max(self._hi - size, self._lo)
+                span, self._hi = (lo, self._hi), lo
+            else:
+                hi = min(self._lo + size, self._hi)
+                span, self._lo = (self._lo, hi), hi
+            return span
+
+    def close(self) -> None:
+        """Hand out nothing more."""
+        with self._lock:
+            self._lo = self._hi
+
+
+def _serialized(progress):
+    """``progress`` behind a lock (two threads report), or None."""
+    if progress is None:
+        return None
+    lock = threading.Lock()
+
+    def report(done: int) -> None:
+        with lock:
+            progress(done)
+
+    return report
+
+
 def _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress):
     """``out[large]``: the pairs too large for the thread engine, by :func:`exact_distances`."""
     if len(large):
@@ -1294,25 +1361,41 @@ def _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress
             progress(len(large))
 
 
-def _thread_kernels_on_cuda(device, pairs, sets, table, chunk_size, threads_per_block, values, status):
-    """The CUDA kernel on every chunk of ``pairs``, all launched, then fetched into ``values``
-    and ``status``: every CUDA call of :func:`thread_exact_distances`, in the thread that runs this."""
-    for lo, hi, d_values, d_status in _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
+def _thread_kernels_on_cuda(device, pairs, sets, table, queue, chunk_size, threads_per_block, values, status, report):
+    """The CUDA kernel on chunks of ``pairs`` taken from the front of ``queue`` until it is
+    empty, each fetched into ``values`` and ``status`` (which waits for the kernel) before
+    the next is taken: every CUDA call of :func:`thread_exact_distances`, in the thread that
+    runs this."""
+    cuda, kernel, on_device = _cuda_thread_kernel(device, sets, table)
+    while (span := queue.take(chunk_size)) is not None:
+        lo, hi = span
+        d_values = cuda.device_array(hi - lo, dtype=np.float64)
+        d_status = cuda.device_array(hi - lo, dtype=np.int8)
+        blocks = (hi - lo + threads_per_block - 1) // threads_per_block
+        kernel[blocks, threads_per_block](cuda.to_device(pairs[lo:hi]), *on_device, d_values, d_status)
         d_values.copy_to_host(values[lo:hi])
         d_status.copy_to_host(status[lo:hi])
+        if report is not None:
+            report(hi - lo)
 
 
-def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
-    """Launch the CUDA kernel on every chunk of ``pairs``; returns ``(lo, hi, values, status)``
-    device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
-    an H100 this loop returned only when the kernels ended (see :func:`thread_exact_distances`)."""
+def _cuda_thread_kernel(device, sets, table):
+    """``numba.cuda``, the thread engine's CUDA kernel and its read-only inputs on ``device``
+    (selected for the calling thread)."""
     from mwsp_torch._thread_simplex import cuda_kernel, import_numba_cuda
 
     cuda = import_numba_cuda()
     if ":" in device:
         cuda.select_device(int(device.split(":")[1]))
-    kernel = cuda_kernel()
-    on_device = [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
+    return cuda, cuda_kernel(), [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
+
+
+def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
+    """Launch the CUDA kernel on every chunk of ``pairs``; returns ``(lo, hi, values, status)``
+    device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
+    an H100 this loop returned only when the kernels ended (see :func:`thread_exact_distances`).
+    Only ``benchmarks/thread_phases.py`` calls it, to time that."""
+    cuda, kernel, on_device = _cuda_thread_kernel(device, sets, table)
     launched = []
     for lo in range(0, len(pairs), chunk_size):
         hi = min(lo + chunk_size, len(pairs))

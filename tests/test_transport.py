@@ -779,45 +779,143 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
     assert float(error) <= 1e-12
 
 
-def test_thread_engine_solves_large_pairs_on_the_host_while_the_gpu_works(monkeypatch):
-    """On an H100 the launch loop returned only when the kernels ended, so the host's large
-    pairs, solved after it, did not overlap the GPU. The calling thread now solves them while
-    one worker thread makes every CUDA call. Here the worker's stand-in (the CPU kernel) waits
-    for the host's pairs to finish first: run one after the other, it would wait in vain."""
+def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False):
+    """``thread_exact_distances`` on ``cuda`` with its CUDA worker replaced by one that takes
+    chunks from the same queue and solves them with the CPU build of the kernel: the
+    engine's threads and queue as on a GPU. Returns what each side did."""
     import threading
 
     import mwsp_torch.transport as transport
     from mwsp_torch import _thread_simplex
 
-    graphs = _random_graphs(0, 16, 12, 60, 6)
-    model = MWSP(d=3, k=1).fit(graphs)
-    pairs = upper_pairs(len(graphs))
-    host_done = threading.Event()
-    ran_in = {}
+    record = {"host": [], "host_done": 0, "worker": [], "host_thread": set(), "worker_thread": None}
     compiled = transport.exact_distances
 
     def host(left, right, chosen, **kwargs):
-        ran_in["host"] = threading.current_thread()
+        record["host_thread"].add(threading.current_thread())
+        record["host"].append(np.array(chosen))
         values = compiled(left, right, chosen, **kwargs)
-        host_done.set()
+        record["host_done"] += 1
         return values
 
-    def worker(device, chosen, sets, table, chunk_size, threads_per_block, values, status):
-        ran_in["worker"] = threading.current_thread()
-        if not host_done.wait(timeout=60):
-            raise AssertionError("the host's pairs did not run while the CUDA worker was busy")
-        _thread_simplex.cpu_kernel()(chosen, *sets, table, values, status)
+    def worker(device, chosen, sets, table, queue, chunk_size, threads_per_block, values, status, report):
+        record["worker_thread"] = threading.current_thread()
+        if fail:
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+        if wait_for is not None and not wait_for(record):
+            raise AssertionError("the host did not work while the CUDA worker was busy")
+        while (span := queue.take(chunk_size)) is not None:
+            lo, hi = span
+            _thread_simplex.cpu_kernel()(chosen[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
+            record["worker"].append(chosen[lo:hi])
+            report(hi - lo)
 
     monkeypatch.setattr(transport, "exact_distances", host)
     monkeypatch.setattr(transport, "_thread_kernels_on_cuda", worker)
     monkeypatch.setattr(_thread_simplex, "import_numba_cuda", lambda: None)
+    return record
+
+
+def _wait_until(condition, timeout=60.0):
+    import time
+
+    stop = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > stop:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_thread_engine_shares_the_pairs_between_host_and_gpu(monkeypatch, deterministic):
+    """On an H100 the launch loop returned only when the kernels ended, so the host's large
+    pairs, solved after it, did not overlap the GPU. Now the calling thread solves them while
+    one worker thread makes every CUDA call, then takes small pairs from the back of the
+    worker's queue. Here the worker's stand-in waits until the host has solved its large
+    pairs and a share of the small ones: run one after the other, it would wait in vain.
+    Under torch's deterministic mode the host takes no small pairs (the two solvers differ
+    in the last bits)."""
+    import threading
+
+    import torch
+
+    import mwsp_torch.transport as transport
+
+    graphs = _random_graphs(0, 16, 12, 60, 6)
+    model = MWSP(d=3, k=1).fit(graphs)
+    pairs = upper_pairs(len(graphs))
+    import time
+
+    def wait_for(record):
+        if not _wait_until(lambda: record["host_done"] >= (1 if deterministic else 2)):
+            return False  # neither the large pairs nor (unless deterministic) a share of small ones
+        time.sleep(0.5 if deterministic else 0.0)  # time enough to take a share it must not take
+        return True
+
+    record = _fake_cuda_worker(monkeypatch, wait_for=wait_for)
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: deterministic)
     done = []
     got = transport.thread_exact_distances(
-        model.support_, model.support_, pairs, device="cuda", chunk_size=7, progress=done.append
+        model.support_, model.support_, pairs, device="cuda", chunk_size=8, progress=done.append
     )
     np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-12, atol=1e-15)
-    assert ran_in["host"] is threading.main_thread() and ran_in["worker"] is not threading.main_thread()
-    assert sum(done) == len(pairs) and max(done) > 7  # the host's pairs, then the GPU's chunks
+    assert record["host_thread"] == {threading.main_thread()}
+    assert record["worker_thread"] is not threading.main_thread()
+    # Every pair solved exactly once: the large ones by the host's first call, each small one
+    # by the host (two at a time, a quarter chunk) or by the worker (eight at a time).
+    sizes = np.diff(model.support_.graph_ptr)
+    large = record["host"][0]
+    assert len(large) and np.all(sizes[large].sum(axis=1) > 63)
+    shares = record["host"][1:]
+    assert (len(shares) == 0) if deterministic else (len(shares) >= 1 and all(len(s) <= 2 for s in shares))
+    solved = np.concatenate([large, *shares, *record["worker"]])
+    assert len(solved) == len(pairs)
+    assert len(np.unique(solved[:, 0] * len(graphs) + solved[:, 1])) == len(pairs)
+    assert sum(done) == len(pairs)
+
+
+def test_thread_engine_raises_what_its_cuda_worker_raised(monkeypatch):
+    import mwsp_torch.transport as transport
+
+    graphs = _random_graphs(0, 16, 12, 60, 6)
+    model = MWSP(d=3, k=1).fit(graphs)
+    _fake_cuda_worker(monkeypatch, fail=True)
+    with pytest.raises(RuntimeError, match="CUDA_ERROR_LAUNCH_FAILED"):
+        transport.thread_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), device="cuda")
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer, got 0"):
+        transport.thread_exact_distances(model.support_, model.support_, upper_pairs(3), chunk_size=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=st.integers(0, 60),
+    takes=st.lists(st.tuples(st.integers(1, 9), st.booleans()), max_size=40),
+)
+def test_pair_queue_hands_out_each_index_once(total, takes):
+    """The thread engine's queue: spans taken from either end never overlap, and together
+    with what is left they cover the range; once closed it hands out nothing."""
+    from mwsp_torch.transport import _PairQueue
+
+    queue = _PairQueue(total)
+    taken = []
+    for size, from_back in takes:
+        span = queue.take(size, from_back=from_back)
+        if span is None:
+            assert sum(hi - lo for lo, hi in taken) == total
+            continue
+        lo, hi = span
+        assert 0 <= lo < hi <= total and hi - lo <= size
+        taken.append(span)
+    covered = [i for lo, hi in taken for i in range(lo, hi)]
+    assert len(covered) == len(set(covered))
+    rest = []
+    while (span := queue.take(7)) is not None:
+        rest.extend(range(*span))
+    assert sorted(covered + rest) == list(range(total))
+    queue = _PairQueue(total)
+    queue.close()
+    assert queue.take(1) is None and queue.take(1, from_back=True) is None
 
 
 def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls):
