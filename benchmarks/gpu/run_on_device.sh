@@ -5,7 +5,8 @@
 # exit status and last lines go to stdout.
 #
 #   thread    the thread engine's CUDA tests, then benchmarks/thread_exact.py on NCI1:
-#             200,000 pairs at 32-256 threads a block, then all 8,443,995 pairs
+#             200,000 pairs at 32-256 threads a block, then all 8,443,995 pairs; each
+#             timing twice, the host sharing the small pairs and leaving them to the GPU
 #   tests     the whole suite with the CUDA tests on (pykeops' online backend left out:
 #             its nvrtc compile segfaulted on this image, third session of 2026-11-22)
 #   phases    benchmarks/thread_phases.py on all NCI1 pairs: first a probe (CUDA/NUMBA
