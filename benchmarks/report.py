@@ -41,7 +41,7 @@ def main(path: str) -> int:
             + (
                 f"| {r['naive_seconds_extrapolated']:.0f} | {r['speedup_vs_naive']:.0f}x "
                 if r["naive_seconds_extrapolated"] is not None
-                else "| out of memory | - "
+                else ("| out of memory | - " if r.get("naive_error") else "| not run | - ")
             )
             + f"| {authors if authors else '-'} | {f'{authors / total:.0f}x' if authors else '-'} "
             + f"| {_diff(r.get('naive_vs_library_max_rel_diff'))} "
