@@ -1,14 +1,18 @@
 """Where the thread engine's time goes on a GPU: table, kernel launches, kernels, host pairs.
 
-:func:`mwsp_torch.transport.thread_exact_distances` launches its CUDA kernels chunk by
-chunk, then solves the pairs too large for a thread (more than ``MAX_NODES`` points) on
-the host, then fetches the GPU's values. That only overlaps host and GPU work if the
-launches return at once. On an H100 (2026-11-24) they did not: returning from the launch
-loop took the whole kernel time (4.78 s of the 6.16 s for all NCI1 pairs), and the host's
-0.94 s of large pairs came after it. This script times each phase on its own, for each
-``--chunk-sizes`` (``0``: one launch for all pairs), so one call on a GPU shows whether
-fewer launches let the loop return before the kernels end. Prints one JSON object per
-repetition and chunk size.
+Until the third session of 2026-11-24, :func:`mwsp_torch.transport.thread_exact_distances`
+launched its CUDA kernels chunk by chunk, then solved the pairs too large for a thread
+(more than ``MAX_NODES`` points) on the host, then fetched the GPU's values. That only
+overlapped host and GPU work if the launches returned at once. On an H100 (2026-11-24)
+they did not: returning from the launch loop took the whole kernel time (4.78 s of the
+6.16 s for all NCI1 pairs), and the host's 0.94 s of large pairs came after it. (The
+engine now drives the GPU from a worker thread and lets the host share the small pairs;
+see there.) This script times each phase on its own, that old launch loop
+(``transport._launch_thread_kernels``) included, for each ``--chunk-sizes`` (``0``: one
+launch for all pairs), so one call on a GPU shows whether fewer launches let the loop
+return before the kernels end. ``whole_s`` times the engine as it is now, with that
+chunk size (with ``0`` the GPU takes every small pair in its first chunk, so the host
+shares none). Prints one JSON object per repetition and chunk size.
 
 First it prints one ``probe`` object that tells the possible causes apart: the CUDA and
 numba settings in the environment and numba's config (``CUDA_LAUNCH_BLOCKING=1`` would

@@ -1231,8 +1231,9 @@ def thread_exact_distances(
     Args:
         left, right, pairs, progress: as in :func:`exact_distances`.
         device (str): ``"cuda"`` (or ``"cuda:N"``) or ``"cpu"`` (default).
-        chunk_size (int): pairs per kernel launch, the unit of progress (default ``2**18``:
-            the GPU's last chunk is what the host may wait for at the end).
+        chunk_size (int): pairs per kernel launch, the unit of the GPU's progress (default
+            ``2**18``: the GPU's last chunk is what the host may wait for at the end). The
+            host reports its large pairs at once and its share in quarter chunks.
         table_bytes (int): the most bytes the distance table may take (default 1 GiB):
             this engine is for datasets of small graphs.
         n_jobs (int): host threads for the CPU kernel and for the large pairs (default ``-1``: all).
@@ -1263,12 +1264,14 @@ def thread_exact_distances(
     if kind == "cuda" and len(small):
         import torch
 
-        ts.import_numba_cuda()  # a broken numba CUDA fails here, before any work
+        # A broken numba CUDA or a device numba does not see fails here, before any work;
+        # the worker thread has no current context, so it is given the caller's device.
+        index = _cuda_device_index(ts.import_numba_cuda(), device)
         queue = _PairQueue(len(small))
         report = _serialized(progress)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mwsp-cuda") as worker:
             gpu = worker.submit(
-                _thread_kernels_on_cuda, device, chosen, sets, table, queue, chunk_size, threads_per_block, values,
+                _thread_kernels_on_cuda, index, chosen, sets, table, queue, chunk_size, threads_per_block, values,
                 status, report,
             )  # fmt: skip
             try:
@@ -1361,12 +1364,12 @@ def _large_pairs_on_host(left, right, pairs, large, n_jobs, table, out, progress
             progress(len(large))
 
 
-def _thread_kernels_on_cuda(device, pairs, sets, table, queue, chunk_size, threads_per_block, values, status, report):
+def _thread_kernels_on_cuda(index, pairs, sets, table, queue, chunk_size, threads_per_block, values, status, report):
     """The CUDA kernel on chunks of ``pairs`` taken from the front of ``queue`` until it is
     empty, each fetched into ``values`` and ``status`` (which waits for the kernel) before
     the next is taken: every CUDA call of :func:`thread_exact_distances`, in the thread that
-    runs this."""
-    cuda, kernel, on_device = _cuda_thread_kernel(device, sets, table)
+    runs this, on CUDA device ``index``."""
+    cuda, kernel, on_device = _cuda_thread_kernel(index, sets, table)
     while (span := queue.take(chunk_size)) is not None:
         lo, hi = span
         d_values = cuda.device_array(hi - lo, dtype=np.float64)
@@ -1379,14 +1382,26 @@ def _thread_kernels_on_cuda(device, pairs, sets, table, queue, chunk_size, threa
             report(hi - lo)
 
 
-def _cuda_thread_kernel(device, sets, table):
-    """``numba.cuda``, the thread engine's CUDA kernel and its read-only inputs on ``device``
-    (selected for the calling thread)."""
+def _cuda_device_index(cuda, device: str) -> int:
+    """The CUDA device ``device`` names: ``cuda:N``, or for ``cuda`` the calling thread's
+    current one (torch's, say, after ``torch.cuda.set_device``), else 0."""
+    if ":" in device:
+        index = int(device.split(":")[1])
+    else:
+        current = cuda.gpus.current
+        index = 0 if current is None else int(current.id)
+    if not 0 <= index < len(cuda.gpus):
+        raise ValueError(f"device={device!r}: numba sees {len(cuda.gpus)} CUDA device(s)")
+    return index
+
+
+def _cuda_thread_kernel(index, sets, table):
+    """``numba.cuda``, the thread engine's CUDA kernel and its read-only inputs on CUDA
+    device ``index``, selected for the calling thread."""
     from mwsp_torch._thread_simplex import cuda_kernel, import_numba_cuda
 
     cuda = import_numba_cuda()
-    if ":" in device:
-        cuda.select_device(int(device.split(":")[1]))
+    cuda.select_device(index)
     return cuda, cuda_kernel(), [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
 
 
@@ -1395,7 +1410,9 @@ def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_b
     device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
     an H100 this loop returned only when the kernels ended (see :func:`thread_exact_distances`).
     Only ``benchmarks/thread_phases.py`` calls it, to time that."""
-    cuda, kernel, on_device = _cuda_thread_kernel(device, sets, table)
+    from mwsp_torch._thread_simplex import import_numba_cuda
+
+    cuda, kernel, on_device = _cuda_thread_kernel(_cuda_device_index(import_numba_cuda(), device), sets, table)
     launched = []
     for lo in range(0, len(pairs), chunk_size):
         hi = min(lo + chunk_size, len(pairs))

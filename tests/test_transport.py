@@ -779,10 +779,12 @@ def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
     assert float(error) <= 1e-12
 
 
-def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False):
+def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False, host_fails=False):
     """``thread_exact_distances`` on ``cuda`` with its CUDA worker replaced by one that takes
     chunks from the same queue and solves them with the CPU build of the kernel: the
-    engine's threads and queue as on a GPU. Returns what each side did."""
+    engine's threads and queue as on a GPU. Returns what each side did. One lock keeps the
+    two sides' numba ``prange`` kernels apart (numba's workqueue layer aborts on two at
+    once; the real worker runs none)."""
     import threading
 
     import mwsp_torch.transport as transport
@@ -790,28 +792,36 @@ def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False):
 
     record = {"host": [], "host_done": 0, "worker": [], "host_thread": set(), "worker_thread": None}
     compiled = transport.exact_distances
+    one_kernel = threading.Lock()
 
     def host(left, right, chosen, **kwargs):
         record["host_thread"].add(threading.current_thread())
         record["host"].append(np.array(chosen))
-        values = compiled(left, right, chosen, **kwargs)
+        if host_fails:
+            raise MemoryError("host failed")
+        with one_kernel:
+            values = compiled(left, right, chosen, **kwargs)
         record["host_done"] += 1
         return values
 
-    def worker(device, chosen, sets, table, queue, chunk_size, threads_per_block, values, status, report):
+    def worker(index, chosen, sets, table, queue, chunk_size, threads_per_block, values, status, report):
         record["worker_thread"] = threading.current_thread()
+        record["index"] = index
         if fail:
             raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
-        if wait_for is not None and not wait_for(record):
-            raise AssertionError("the host did not work while the CUDA worker was busy")
+        record["waited"] = wait_for is None or wait_for(record, queue)
+        if not record["waited"]:
+            raise AssertionError("the host did not do its part while the CUDA worker waited")
         while (span := queue.take(chunk_size)) is not None:
             lo, hi = span
-            _thread_simplex.cpu_kernel()(chosen[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
+            with one_kernel:
+                _thread_simplex.cpu_kernel()(chosen[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
             record["worker"].append(chosen[lo:hi])
             report(hi - lo)
 
     monkeypatch.setattr(transport, "exact_distances", host)
     monkeypatch.setattr(transport, "_thread_kernels_on_cuda", worker)
+    monkeypatch.setattr(transport, "_cuda_device_index", lambda cuda, device: 0)
     monkeypatch.setattr(_thread_simplex, "import_numba_cuda", lambda: None)
     return record
 
@@ -847,7 +857,7 @@ def test_thread_engine_shares_the_pairs_between_host_and_gpu(monkeypatch, determ
     pairs = upper_pairs(len(graphs))
     import time
 
-    def wait_for(record):
+    def wait_for(record, queue):
         if not _wait_until(lambda: record["host_done"] >= (1 if deterministic else 2)):
             return False  # neither the large pairs nor (unless deterministic) a share of small ones
         time.sleep(0.5 if deterministic else 0.0)  # time enough to take a share it must not take
@@ -885,6 +895,46 @@ def test_thread_engine_raises_what_its_cuda_worker_raised(monkeypatch):
         transport.thread_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), device="cuda")
     with pytest.raises(ValueError, match="chunk_size must be a positive integer, got 0"):
         transport.thread_exact_distances(model.support_, model.support_, upper_pairs(3), chunk_size=0)
+
+
+def test_thread_engine_stops_its_cuda_worker_when_the_host_fails(monkeypatch):
+    """An error on the host (here its large pairs) closes the queue: the worker, waiting
+    until the host has failed, then finds nothing left to launch."""
+    import mwsp_torch.transport as transport
+
+    graphs = _random_graphs(0, 16, 12, 60, 6)
+    model = MWSP(d=3, k=1).fit(graphs)
+
+    def wait_for(record, queue):
+        _wait_until(lambda: len(record["host"]) >= 1)  # the host has been called and fails
+        return _wait_until(lambda: queue.take(0) is None, timeout=30)  # an empty span until closed
+
+    record = _fake_cuda_worker(monkeypatch, wait_for=wait_for, host_fails=True)
+    with pytest.raises(MemoryError, match="host failed"):
+        transport.thread_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), device="cuda")
+    assert record["waited"] and record["worker"] == []
+
+
+def test_cuda_device_index_follows_the_name_or_the_current_device():
+    """The worker thread starts without a CUDA context, so the caller resolves the device:
+    ``cuda:N``, else the caller's current device (torch's, say), else 0; one numba does not
+    see is refused before any work."""
+    from types import SimpleNamespace
+
+    from mwsp_torch.transport import _cuda_device_index
+
+    class Devices(list):
+        current = None
+
+    devices = Devices([SimpleNamespace(id=0), SimpleNamespace(id=1)])
+    cuda = SimpleNamespace(gpus=devices)
+    assert _cuda_device_index(cuda, "cuda") == 0
+    assert _cuda_device_index(cuda, "cuda:1") == 1
+    devices.current = devices[1]
+    assert _cuda_device_index(cuda, "cuda") == 1
+    assert _cuda_device_index(cuda, "cuda:0") == 0
+    with pytest.raises(ValueError, match=r"device='cuda:2': numba sees 2 CUDA device\(s\)"):
+        _cuda_device_index(cuda, "cuda:2")
 
 
 @settings(max_examples=200, deadline=None)
