@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from mwsp_torch._interning import Vocabulary
-from mwsp_torch.kernel import is_positive_number, is_real, laplacian_kernel
+from mwsp_torch.kernel import is_integer, is_positive_number, is_real, laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (
@@ -122,11 +122,11 @@ class MWSP(TransformerMixin, BaseEstimator):
         """Every parameter checked before any work, so a bad one fails in seconds, not after the features."""
         for name in ("d", "k"):
             value = getattr(self, name)
-            if not _is_integer(value) or value < 0:
+            if not is_integer(value) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if not is_positive_number(self.lam):
             raise ValueError(f"lam must be > 0 and finite, got {self.lam!r}")
-        if not _is_integer(self.n_jobs) or (self.n_jobs < 1 and self.n_jobs != -1):
+        if not is_integer(self.n_jobs) or (self.n_jobs < 1 and self.n_jobs != -1):
             raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {self.n_jobs!r}")
         if not is_positive_number(self.blur):
             raise ValueError(f"blur must be > 0 and finite, got {self.blur!r}")
@@ -268,11 +268,6 @@ class MWSP(TransformerMixin, BaseEstimator):
     def transform(self, graphs) -> np.ndarray:
         """Kernel between new graphs and the training graphs, ``[n_new, n_train]``."""
         return self.kernel(self.cross_distances(graphs))
-
-
-def _is_integer(value) -> bool:
-    """An int (not a bool, which Python counts as one)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _widen(matrix: sp.csr_matrix, width: int) -> sp.csr_matrix:

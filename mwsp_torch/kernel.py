@@ -25,6 +25,11 @@ def is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def is_integer(value) -> bool:
+    """An integer (not a bool, which Python counts as one)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def is_positive_number(value) -> bool:
     """A real number (see :func:`is_real`), finite and > 0."""
     return is_real(value) and bool(np.isfinite(value)) and value > 0

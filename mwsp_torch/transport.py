@@ -47,6 +47,7 @@ from numba import njit, prange
 
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._simplex import cost_width, transport_cost
+from mwsp_torch.kernel import is_integer
 
 SOLVERS = ("exact", "sinkhorn")
 
@@ -1248,7 +1249,7 @@ def thread_exact_distances(
     kind = device.split(":")[0]
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")
-    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    if not is_integer(chunk_size) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
     out = np.zeros(len(pairs), dtype=np.float64)
@@ -1372,10 +1373,7 @@ def _thread_kernels_on_cuda(index, pairs, sets, table, queue, chunk_size, thread
     cuda, kernel, on_device = _cuda_thread_kernel(index, sets, table)
     while (span := queue.take(chunk_size)) is not None:
         lo, hi = span
-        d_values = cuda.device_array(hi - lo, dtype=np.float64)
-        d_status = cuda.device_array(hi - lo, dtype=np.int8)
-        blocks = (hi - lo + threads_per_block - 1) // threads_per_block
-        kernel[blocks, threads_per_block](cuda.to_device(pairs[lo:hi]), *on_device, d_values, d_status)
+        d_values, d_status = _launch_chunk(cuda, kernel, on_device, pairs[lo:hi], threads_per_block)
         d_values.copy_to_host(values[lo:hi])
         d_status.copy_to_host(status[lo:hi])
         if report is not None:
@@ -1405,6 +1403,16 @@ def _cuda_thread_kernel(index, sets, table):
     return cuda, cuda_kernel(), [cuda.to_device(np.ascontiguousarray(a)) for a in (*sets, table)]
 
 
+def _launch_chunk(cuda, kernel, on_device, chunk, threads_per_block):
+    """The kernel launched on the pairs ``chunk``; returns its ``values`` and ``status``
+    device arrays (filled once the kernel ends)."""
+    d_values = cuda.device_array(len(chunk), dtype=np.float64)
+    d_status = cuda.device_array(len(chunk), dtype=np.int8)
+    blocks = (len(chunk) + threads_per_block - 1) // threads_per_block
+    kernel[blocks, threads_per_block](cuda.to_device(chunk), *on_device, d_values, d_status)
+    return d_values, d_status
+
+
 def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
     """Launch the CUDA kernel on every chunk of ``pairs``; returns ``(lo, hi, values, status)``
     device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
@@ -1416,9 +1424,5 @@ def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_b
     launched = []
     for lo in range(0, len(pairs), chunk_size):
         hi = min(lo + chunk_size, len(pairs))
-        d_values = cuda.device_array(hi - lo, dtype=np.float64)
-        d_status = cuda.device_array(hi - lo, dtype=np.int8)
-        blocks = (hi - lo + threads_per_block - 1) // threads_per_block
-        kernel[blocks, threads_per_block](cuda.to_device(pairs[lo:hi]), *on_device, d_values, d_status)
-        launched.append((lo, hi, d_values, d_status))
+        launched.append((lo, hi, *_launch_chunk(cuda, kernel, on_device, pairs[lo:hi], threads_per_block)))
     return launched

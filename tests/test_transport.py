@@ -895,6 +895,8 @@ def test_thread_engine_raises_what_its_cuda_worker_raised(monkeypatch):
         transport.thread_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), device="cuda")
     with pytest.raises(ValueError, match="chunk_size must be a positive integer, got 0"):
         transport.thread_exact_distances(model.support_, model.support_, upper_pairs(3), chunk_size=0)
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer, got True"):
+        transport.thread_exact_distances(model.support_, model.support_, upper_pairs(3), chunk_size=True)
 
 
 def test_thread_engine_stops_its_cuda_worker_when_the_host_fails(monkeypatch):
