@@ -21,6 +21,14 @@ against ``np.empty``). The CPU kernel is how CI tests the GPU's code (no GPU the
 is slower than the tuned engine (no vector row minima, an allocation per chunk) and is
 not meant for production. Nothing touches CUDA at import.
 
+The CUDA kernel is cached on disk (``cuda.jit(cache=True)``, in this package's
+``__pycache__`` or numba's user cache): compiling it takes about 5 s on an H100, which
+was the whole margin of the 5 s NCI1 target in a fresh process (0.44 s against 7.7 s for
+the first call on 200,000 pairs, ``benchmarks/README.md``). numba keys the cache on this
+file's stamp and the closure's contents; the constants imported from
+:mod:`mwsp_torch._simplex` are frozen into it, so after editing them during development,
+delete ``mwsp_torch/__pycache__/_thread_simplex*.nb[ic]``.
+
 These functions repeat the bit-mask path of :mod:`mwsp_torch._simplex` (and
 ``transport._cancel``) instead of sharing it: the CPU engine's versions take their row
 minima through LLVM vector intrinsics (:mod:`mwsp_torch._simd`), fastmath and inlining
@@ -481,7 +489,7 @@ def cuda_kernel():
         nodes = MAX_NODES + 1
         wide = 2 * MAX_NODES
 
-        @cuda.jit
+        @cuda.jit(cache=True)
         def kernel(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, table, out, status):
             t = cuda.grid(1)
             if t < pairs.shape[0]:
