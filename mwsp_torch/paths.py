@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.labels import CHUNK_NODES, GraphSet, graph_chunks
 
 PATH_MODES = ("split", "all")
@@ -236,6 +237,7 @@ def node_feature_maps(
     Returns:
         ``[num_nodes, vocab.size]`` CSR float64 matrix, columns sorted per row.
     """
+    numba_ready()
     if d < 0:
         raise ValueError(f"d must be >= 0, got {d}")
     if paths not in PATH_MODES:

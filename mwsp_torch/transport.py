@@ -46,6 +46,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch._simplex import cost_width, transport_cost
 from mwsp_torch.kernel import is_integer
 
@@ -576,6 +577,7 @@ def exact_distances(
     Returns:
         ``[m]`` float64 distances.
     """
+    numba_ready()
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
@@ -1243,6 +1245,7 @@ def thread_exact_distances(
     Returns:
         ``[m]`` float64 distances.
     """
+    numba_ready()
     from mwsp_torch import _thread_simplex as ts
 
     bank = _table_bank(left, right, table_bytes, "thread")

@@ -24,6 +24,7 @@ from numba import njit
 from torch_geometric.transforms import BaseTransform
 
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.labels import CHUNK_NODES, GraphSet, LabelScheme, graph_chunks, to_graph_set
 
 
@@ -126,6 +127,7 @@ def tree_ids(
     Returns:
         ``[num_nodes, k + 1]`` int64 array; equal IDs iff isomorphic trees.
     """
+    numba_ready()
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table

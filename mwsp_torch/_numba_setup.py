@@ -1,0 +1,50 @@
+"""numba's once-per-process set-up, run with Python's cyclic garbage collector paused.
+
+The first call of any numba function in a process, even one loaded from the disk cache,
+fills numba's typing and target registries: it imports about 70 of numba's modules and
+makes tens of thousands of long-lived Python objects. In a process that has imported
+torch, PyG, scikit-learn and POT, that burst of allocations sets off a full (generation
+2) collection, which walks every tracked object of the process, however few of them are
+garbage. On the issue's check (400 NCI1 graphs, a fresh process that had imported POT)
+that one collection took 0.18-0.19 s of a 0.80 s first fit (`benchmarks/README.md`).
+
+:func:`numba_ready` therefore triggers the set-up through a trivial cached function with
+the collector paused, and restores the collector's state at once. The registries are
+long-lived and hold no garbage, so the collection skipped would have freed little:
+garbage cycles already in the process (or dropped by other threads during the 0.14 s
+pause) wait for the next collection instead. The public entry points that run numba code
+call it first; after the first call it costs one check of a flag.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from numba import njit
+
+_ready = False
+_lock = threading.Lock()
+
+
+@njit(cache=True)
+def _first_dispatch() -> int:
+    return 0
+
+
+def numba_ready() -> None:
+    """Run numba's per-process set-up once, with the cyclic garbage collector paused."""
+    global _ready
+    if _ready:
+        return
+    with _lock:
+        if _ready:
+            return
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            _first_dispatch()
+        finally:
+            if enabled:
+                gc.enable()
+        _ready = True
