@@ -19,12 +19,15 @@ call it first; after the first call it costs one check of a flag.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 from numba import njit
 
 _ready = False
 _lock = threading.Lock()
+#: Whether the collector was on when the pause began; ``None`` outside the pause.
+_paused_from: bool | None = None
 
 
 @njit(cache=True)
@@ -34,17 +37,30 @@ def _first_dispatch() -> int:
 
 def numba_ready() -> None:
     """Run numba's per-process set-up once, with the cyclic garbage collector paused."""
-    global _ready
+    global _ready, _paused_from
     if _ready:
         return
     with _lock:
         if _ready:
             return
-        enabled = gc.isenabled()
+        _paused_from = gc.isenabled()
         gc.disable()
         try:
             _first_dispatch()
         finally:
-            if enabled:
+            if _paused_from:
                 gc.enable()
+            _paused_from = None
         _ready = True
+
+
+def _after_fork_in_child() -> None:
+    """A child forked by another thread during the pause gets a free lock and its collector back."""
+    global _lock, _paused_from
+    _lock = threading.Lock()
+    if _paused_from:
+        gc.enable()
+    _paused_from = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -4,6 +4,10 @@ collector as it found it."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +63,47 @@ def test_real_first_dispatch_runs():
     assert _numba_setup._first_dispatch() == 0
     _numba_setup.numba_ready()
     assert _numba_setup._ready
+
+
+def test_child_forked_during_the_pause_gets_its_collector_and_lock_back(monkeypatch):
+    # What a child inherits when another thread forks in the middle of the set-up.
+    enabled = gc.isenabled()
+    held = _numba_setup.threading.Lock()
+    held.acquire()
+    monkeypatch.setattr(_numba_setup, "_lock", held)
+    monkeypatch.setattr(_numba_setup, "_paused_from", True)
+    gc.disable()
+    try:
+        _numba_setup._after_fork_in_child()
+        assert gc.isenabled()
+        assert _numba_setup._paused_from is None
+        assert _numba_setup._lock.acquire(blocking=False)
+        _numba_setup._lock.release()
+    finally:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+FORKED = """
+import gc, os
+from mwsp_torch import _numba_setup as s
+s._lock.acquire()
+s._paused_from = True
+gc.disable()
+pid = os.fork()
+if pid == 0:
+    ok = gc.isenabled() and s._paused_from is None and s._lock.acquire(blocking=False)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_fork_hook_is_registered():
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, "-c", FORKED], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0"
