@@ -8,7 +8,7 @@ they did not: returning from the launch loop took the whole kernel time (4.78 s 
 6.16 s for all NCI1 pairs), and the host's 0.94 s of large pairs came after it. (The
 engine now drives the GPU from a worker thread and lets the host share the small pairs;
 see there.) This script times each phase on its own, that old launch loop
-(``transport._launch_thread_kernels``) included, for each ``--chunk-sizes`` (``0``: one
+(:func:`launch_loop`, kept here) included, for each ``--chunk-sizes`` (``0``: one
 launch for all pairs), so one call on a GPU shows whether fewer launches let the loop
 return before the kernels end. ``whole_s`` times the engine as it is now, with that
 chunk size (with ``0`` the GPU takes every small pair in its first chunk, so the host
@@ -97,6 +97,23 @@ def launch_probe(spins: int, local_bytes: int, blocks: int, threads_per_block: i
     return row
 
 
+def launch_loop(pairs, sets, table, chunk_size: int, threads_per_block: int) -> list:
+    """The engine's launch loop before the third session of 2026-11-24: the CUDA kernel
+    launched on every chunk of ``pairs`` in turn, on the current device, nothing fetched;
+    returns ``(lo, hi, values, status)`` device arrays per chunk. Launches are meant to
+    return at once; on an H100 this loop returned only when the kernels ended."""
+    from numba import cuda as numba_cuda
+
+    index = transport._cuda_device_index(numba_cuda, "cuda")
+    cuda_module, kernel, on_device = transport._cuda_thread_kernel(index, sets, table)
+    launched = []
+    for lo in range(0, len(pairs), chunk_size):
+        hi = min(lo + chunk_size, len(pairs))
+        chunk = pairs[lo:hi]
+        launched.append((lo, hi, *transport._launch_chunk(cuda_module, kernel, on_device, chunk, threads_per_block)))
+    return launched
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_problem_arguments(parser, pairs=8443995)
@@ -142,7 +159,7 @@ def main() -> None:
             row["table_s"] = time.perf_counter() - start
             cuda.synchronize()
             start = time.perf_counter()
-            launched = transport._launch_thread_kernels("cuda", small, sets, table, chunk, args.threads_per_block)
+            launched = launch_loop(small, sets, table, chunk, args.threads_per_block)
             row["launch_loop_s"] = time.perf_counter() - start
             cuda.synchronize()
             row["kernels_s"] = time.perf_counter() - start

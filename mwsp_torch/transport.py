@@ -1414,18 +1414,3 @@ def _launch_chunk(cuda, kernel, on_device, chunk, threads_per_block):
     blocks = (len(chunk) + threads_per_block - 1) // threads_per_block
     kernel[blocks, threads_per_block](cuda.to_device(chunk), *on_device, d_values, d_status)
     return d_values, d_status
-
-
-def _launch_thread_kernels(device, pairs, sets, table, chunk_size, threads_per_block):
-    """Launch the CUDA kernel on every chunk of ``pairs``; returns ``(lo, hi, values, status)``
-    device arrays per chunk, to fetch. Kernel launches are meant to return at once, but on
-    an H100 this loop returned only when the kernels ended (see :func:`thread_exact_distances`).
-    Only ``benchmarks/thread_phases.py`` calls it, to time that."""
-    from mwsp_torch._thread_simplex import import_numba_cuda
-
-    cuda, kernel, on_device = _cuda_thread_kernel(_cuda_device_index(import_numba_cuda(), device), sets, table)
-    launched = []
-    for lo in range(0, len(pairs), chunk_size):
-        hi = min(lo + chunk_size, len(pairs))
-        launched.append((lo, hi, *_launch_chunk(cuda, kernel, on_device, pairs[lo:hi], threads_per_block)))
-    return launched
