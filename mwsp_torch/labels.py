@@ -32,6 +32,7 @@ from numba import njit
 from torch_geometric.data import Batch, Data, HeteroData
 
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch._numba_setup import numba_ready
 
 LABEL_POLICIES = ("auto", "degree", "uniform")
 
@@ -446,6 +447,7 @@ def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
 
 def intern_rows(rows: np.ndarray, vocab: Vocabulary) -> np.ndarray:
     """One categorical ID per distinct integer row, exact (a trie of pairs); grows ``vocab``."""
+    numba_ready()
     out, vocab.table = _intern_rows(
         np.ascontiguousarray(rows, dtype=np.int64), Vocabulary().table, vocab.table, vocab.offset
     )
