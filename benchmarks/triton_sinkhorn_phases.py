@@ -7,7 +7,7 @@ of the cross terms (tile codes, sort, uploads, launches: ``cross_host``) and all
 with the kernels (``cross_total``), the copy back; then the whole call. The debiasing
 terms are computed for every graph, while the call computes them only for the graphs
 its pairs use: on 1 M random NCI1 pairs, every graph. Two repetitions, one JSON object
-each. Figures: ``benchmarks/README.md``, ``gpu_results/*triton_phases*``.
+each. Figures: ``benchmarks/HISTORY.md``, ``gpu_results/*triton_phases*``.
 
 Usage (on a GPU machine)::
 

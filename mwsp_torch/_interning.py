@@ -19,10 +19,10 @@ table it wrote to, which the caller keeps). At most half full, DD d=2,k=1's row
 chains (20.7 M keys) took 1.5 GiB and raised the features' peak RSS from 2.82 GB to
 3.91 GB over the typed dict's; three quarters halves that table (peak 2.54 GB). Its
 speed was timed only together with the path kernel's insertion sorts
-(``benchmarks/README.md``). Why not numba's typed dict, as until the
+(``benchmarks/HISTORY.md``). Why not numba's typed dict, as until the
 thirteenth session of 2026-11-23: a typed dict with tuple keys took about 95 ns an
 intern, this table about 15 ns (one million interns, one thread), and interning was
-about half of the features' time (``benchmarks/README.md``). The IDs are the same:
+about half of the features' time (``benchmarks/HISTORY.md``). The IDs are the same:
 both hand them out in the order keys are first seen.
 """
 

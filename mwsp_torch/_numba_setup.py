@@ -6,7 +6,7 @@ makes tens of thousands of long-lived Python objects. In a process that has impo
 torch, PyG, scikit-learn and POT, that burst of allocations sets off a full (generation
 2) collection, which walks every tracked object of the process, however few of them are
 garbage. On the issue's check (400 NCI1 graphs, a fresh process that had imported POT)
-that one collection took 0.18-0.19 s of a 0.80 s first fit (`benchmarks/README.md`).
+that one collection took 0.18-0.19 s of a 0.80 s first fit (`benchmarks/HISTORY.md`).
 
 :func:`numba_ready` therefore triggers the set-up through a trivial cached function with
 the collector paused, and restores the collector's state at once. The registries are

@@ -6,7 +6,7 @@ reduced costs ran one comparison at a time; four interleaved scalar minima were 
 plain loop (0.9 cycles a column). :func:`row_min` keeps ``LANES x VECTORS`` minima in
 vector registers instead: on DD's 243-column rows 40 ns a row against 92 ns for the four
 scalar minima (this machine, one thread), 1.08-1.12x on whole solves of REDDIT-BINARY and
-DD problems (``benchmarks/README.md``). On short rows (NCI1's 18 columns) its four
+DD problems (``benchmarks/HISTORY.md``). On short rows (NCI1's 18 columns) its four
 registers and scalar tail cost more than they save.
 
 :func:`padded_row_min` is the minimum for those short rows, padded by the solver to whole
@@ -14,7 +14,7 @@ vector registers (NCI1's 18 columns read as 20): one register, no tail, inlined 
 solver's loops instead of a called scalar loop. :func:`padded_first_at` then finds the
 column that attains it without a data-dependent branch. With it, pricing every row each pivot
 (Dantzig's rule) became cheaper than block pricing on NCI1's problems (twelfth session of
-2026-11-23, ``benchmarks/README.md``).
+2026-11-23, ``benchmarks/HISTORY.md``).
 
 :func:`popcount` and :func:`lowest_bit` are LLVM's bit counts, for the solver's ancestor
 masks: numba has no intrinsic for them, and a SWAR count takes about a dozen instructions.

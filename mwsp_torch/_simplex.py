@@ -65,7 +65,7 @@ Why a primal method: dual methods were measured on NCI1's problems and were slow
 Successive shortest paths (Jonker-Volgenant style) took 15.6 us a solve against the simplex's
 13.3 us. A primal-dual (Hungarian) method on bit masks (``benchmarks/primal_dual.py``) took
 15.0 us against 13.7 us. Each did about as many searches (31) as the simplex does pivots (33),
-at no less cost each (``benchmarks/README.md``, 2026-11-23).
+at no less cost each (``benchmarks/HISTORY.md``, 2026-11-23).
 
 Measured by ``benchmarks/solver_settings.py --pot --baseline e5668d9`` (the solver alone,
 one thread, problems as the engine poses them, one run, first session of 2026-11-23;
@@ -528,7 +528,7 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
     the supply end's side iff its child is a supply. So the '-' arcs are one mask, and
     theta, the leaving arc and the flow changes come from walking bits (independent
     loads), not from climbing parents (one load waiting on the last). 1.09x on NCI1 solves
-    (``benchmarks/README.md``, eleventh session of 2026-11-23).
+    (``benchmarks/HISTORY.md``, eleventh session of 2026-11-23).
 
     Returns ``(leave, leave_node, leave_on_a, theta_units, theta_eps)``, as :func:`_push`.
     """

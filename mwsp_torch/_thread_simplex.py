@@ -24,7 +24,7 @@ not meant for production. Nothing touches CUDA at import.
 The CUDA kernel is cached on disk (``cuda.jit(cache=True)``, in this package's
 ``__pycache__`` or numba's user cache): compiling it takes about 5 s on an H100, which
 was the whole margin of the 5 s NCI1 target in a fresh process (0.44 s against 7.7 s for
-the first call on 200,000 pairs, ``benchmarks/README.md``). numba keys the cache on this
+the first call on 200,000 pairs, ``benchmarks/HISTORY.md``). numba keys the cache on this
 file's stamp and the closure's contents; the constants imported from
 :mod:`mwsp_torch._simplex` are frozen into it, so after editing them during development,
 delete ``mwsp_torch/__pycache__/_thread_simplex*.nb[ic]``.

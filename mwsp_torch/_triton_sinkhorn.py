@@ -4,7 +4,7 @@ solves one problem in registers.
 Why a kernel of our own: :mod:`mwsp_torch._batched_sinkhorn` runs geomloss's loop as
 torch operations, about ten kernel launches per temperature, each streaming the whole
 batch of cost matrices through GPU memory; on an H100 that gave 1.26e5 NCI1 pairs per
-second (``benchmarks/README.md``), and ``torch.compile`` did not help (1.04e5). Here each
+second (``benchmarks/HISTORY.md``), and ``torch.compile`` did not help (1.04e5). Here each
 program gathers its problem's costs once from the row-to-row distance table and runs
 every temperature of the schedule on them where they sit.
 

@@ -789,7 +789,7 @@ def sinkhorn_distances(
             equal to geomloss's float64 value but within 1e-3 relative plus 1e-4 of it (tested on
             an H100 and under Triton's interpreter). On an H100, all NCI1 pairs at
             blur 0.01, scaling 0.9: 3.2x the pairs per second of float64 (4.4e6 against
-            1.4e6), the same median error against exact, 1.48 % (``benchmarks/README.md``).
+            1.4e6), the same median error against exact, 1.48 % (``benchmarks/HISTORY.md``).
             The result is float64 either way.
 
     Returns:
@@ -895,7 +895,7 @@ def _distance_table(bank: sp.csr_matrix, device: str, floor: float, dense_gram_b
     16,022 rows of 101,697 columns), then uploaded. On an H100 the sparse product and the
     upload of its dense result took 0.10 s of a 0.34 s Triton Sinkhorn call on 1 M NCI1
     pairs (3,280 rows of 353 columns: a 9 MB dense bank, a 86 MB table;
-    ``benchmarks/README.md``). The diagonal's squared distance is set to 0 first (so it
+    ``benchmarks/HISTORY.md``). The diagonal's squared distance is set to 0 first (so it
     is ``sqrt(floor)``). The two products agree to rounding (tested).
     """
     import torch
@@ -1219,7 +1219,7 @@ def thread_exact_distances(
     the calling thread solves the large pairs, then takes small pairs from the back of
     the queue, a quarter chunk at a time, for :func:`exact_distances`. Each side so gets
     work at its own pace, whether or not a launch returns before its kernel ends: on an
-    H100 it did not (2026-11-24, ``benchmarks/README.md``), and launching everything first
+    H100 it did not (2026-11-24, ``benchmarks/HISTORY.md``), and launching everything first
     left the host's share to run after the GPU's. The host's ``prange`` kernel lets other
     Python threads run (measured: a spinning thread kept half its pace beside it), and the
     CUDA driver bindings release the GIL in their calls (cuda-bindings 12.9.1 and later).

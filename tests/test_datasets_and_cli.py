@@ -104,7 +104,7 @@ def test_sinkhorn_error_is_small_on_mutag(mutag):
     approx = model.distances_
     iu = np.triu_indices(len(graphs), 1)
     rel = np.abs(approx[iu] - exact[iu]) / exact[iu]
-    # Measured on 40 MUTAG graphs: median 0.5 %, max 8 % (benchmarks/README.md).
+    # Measured on 40 MUTAG graphs: median 0.5 %, max 8 % (benchmarks/HISTORY.md).
     assert np.median(rel) < 0.01 and rel.max() < 0.15
     # fit writes zeros on the diagonal; the debiased divergence of a graph with itself,
     # solved as a cross pair, must vanish too (measured: 3.5e-18 against W >= 0.18).
