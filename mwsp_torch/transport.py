@@ -759,8 +759,11 @@ def sinkhorn_distances(
 ) -> np.ndarray:
     """Debiased Sinkhorn approximation of W (geomloss's algorithm, ``p=1``), batched on ``device``.
 
-    Pairs are bucketed by the sizes of their two supports (sorted, then cut into
-    batches), so the zero-weight padding of a batch stays small. Every backend gives
+    Pairs are batched by the sizes of their two supports, so that the zero-weight padding
+    of a batch stays small: for geomloss's backends by :func:`_padding_batches` (padding
+    adds at most 56 % to a batch's cost entries; 18-46 % over all pairs of NCI1 d=2,k=0,
+    PROTEINS d=2,k=0, ENZYMES d=3,k=1 and REDDIT-BINARY d=2,k=0), for the fused ones by
+    shape (widths rounded up to a multiple of 4). Every backend gives
     geomloss's value (the ``fused`` one to 1e-9 relative in float64, tested).
 
     Args:
@@ -811,13 +814,12 @@ def sinkhorn_distances(
             left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress, triton, dtype
         )
     width_l, width_r = np.diff(left.graph_ptr)[pairs[:, 0]], np.diff(right.graph_ptr)[pairs[:, 1]]
-    order = np.lexsort((width_r, width_l))  # size buckets
     losses = {}  # one geomloss object per backend used
     out = np.empty(len(pairs), dtype=np.float64)
-    pending = [(lo, min(lo + batch_size, len(pairs))) for lo in range(0, len(pairs), batch_size)]
+    pending = _padding_batches(width_l, width_r, batch_size)
     while pending:
-        lo, hi = pending.pop(0)
-        chunk = pairs[order[lo:hi]]
+        at = pending.pop(0)
+        chunk = pairs[at]
         sup_a = [left.graph(i) for i in chunk[:, 0]]
         sup_b = [right.graph(j) for j in chunk[:, 1]]
         used = np.unique(np.concatenate([s for s, _ in sup_a] + [s for s, _ in sup_b]))
@@ -827,9 +829,9 @@ def sinkhorn_distances(
         wa, wb = max(len(s) for s, _ in sup_a), max(len(s) for s, _ in sup_b)
         mode = backend if backend != "auto" else ("online" if wa * wb >= online_from else "tensorized")
         per_pair = (wa + wb) * max(len(columns), 1) * 8 + (wa * wb * 8 if mode == "tensorized" else 0)
-        if hi - lo > 1 and (hi - lo) * per_pair > max_bytes:
-            mid = (lo + hi) // 2  # too large for one padded batch: halve it
-            pending[:0] = [(lo, mid), (mid, hi)]
+        if len(at) > 1 and len(at) * per_pair > max_bytes:
+            mid = len(at) // 2  # too large for one padded batch: halve it
+            pending[:0] = [at[:mid], at[mid:]]
             continue
         dense = sub[:, columns].toarray()
         local = np.full(bank.shape[0], -1, dtype=np.int64)
@@ -847,10 +849,52 @@ def sinkhorn_distances(
                 torch.from_numpy(b).to(device),
                 torch.from_numpy(y).to(device),
             )
-        out[order[lo:hi]] = value.double().cpu().numpy().reshape(-1)
+        out[at] = value.double().cpu().numpy().reshape(-1)
         if progress is not None:
-            progress(hi - lo)
+            progress(len(at))
     return out
+
+
+def _width_class(width: np.ndarray) -> np.ndarray:
+    """``width`` rounded up to a coarse grid: exact to 8, then 4 steps an octave (a step is
+    an eighth to a quarter of the width), so a class's widths are within 25 % of its top."""
+    width = np.asarray(width, dtype=np.int64)
+    step = np.left_shift(1, np.maximum(np.floor(np.log2(np.maximum(width - 1, 1))).astype(np.int64) - 2, 0))
+    return np.where(width <= 8, width, -(-width // step) * step)
+
+
+def _padding_batches(width_l: np.ndarray, width_r: np.ndarray, batch_size: int, slack: float = 1.5) -> list[np.ndarray]:
+    """Pair indices in batches of at most ``batch_size`` for zero-weight padding to a batch's
+    widest sides.
+
+    Pairs are grouped by the classes of their two widths (:func:`_width_class`), the groups
+    taken in class order, and consecutive groups merged into one batch while its padded
+    area (pairs x widest left x widest right) stays within ``slack`` times the real one
+    (the sum of ``width_l * width_r``), so that few small groups do not each cost a call.
+    Sorting all pairs by their exact widths and cutting the order into batches, as before,
+    padded PROTEINS d=2,k=0's cost matrices 20.5x (one batch spans many left widths,
+    each with the whole range of right ones). Every index appears in exactly one batch.
+    """
+    width_l = np.asarray(width_l, dtype=np.int64)
+    width_r = np.asarray(width_r, dtype=np.int64)
+    batches: list[np.ndarray] = []
+    current: list[np.ndarray] = []
+    count = real = top_l = top_r = 0
+    for group in _shape_buckets(_width_class(width_l), _width_class(width_r)):
+        for lo in range(0, len(group), batch_size):
+            piece = group[lo : lo + batch_size]
+            piece_real = int((width_l[piece] * width_r[piece]).sum())
+            wl, wr = max(top_l, int(width_l[piece].max())), max(top_r, int(width_r[piece].max()))
+            too_many = count + len(piece) > batch_size
+            if current and (too_many or (count + len(piece)) * wl * wr > slack * (real + piece_real)):
+                batches.append(np.concatenate(current))
+                current, count, real = [], 0, 0
+                wl, wr = int(width_l[piece].max()), int(width_r[piece].max())
+            current.append(piece)
+            count, real, top_l, top_r = count + len(piece), real + piece_real, wl, wr
+    if current:
+        batches.append(np.concatenate(current))
+    return batches
 
 
 def sinkhorn_diameter(bank: sp.csr_matrix, blur: float) -> float:

@@ -23,8 +23,10 @@ from mwsp_torch.transport import (
     _bank_arrays,
     _column_method,
     _inverted_costs,
+    _padding_batches,
     _row_squares,
     _scattered_costs,
+    _width_class,
     cost_matrix,
     exact_distances,
     pot_distances,
@@ -348,6 +350,34 @@ def _sinkhorn_case():
     graphs.append(graphs[1])  # a pair at distance 0 (a zero-diameter batch of one)
     support = MWSP(d=2, k=1).fit(graphs).support_
     return support, upper_pairs(support.num_graphs)[::-1].copy()  # not in size order
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    widths=st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 3000)), min_size=1, max_size=300),
+    batch_size=st.integers(1, 64),
+)
+def test_padding_batches_cover_once_and_pad_little(widths, batch_size):
+    """Every pair in exactly one batch of at most ``batch_size``; padding every pair of a batch
+    to its widest sides costs at most 1.25**2 times the real area (a width class spans 20 %)."""
+    width_l, width_r = np.array(widths).T
+    batches = _padding_batches(width_l, width_r, batch_size)
+    np.testing.assert_array_equal(np.sort(np.concatenate(batches)), np.arange(len(widths)))
+    for at in batches:
+        assert 1 <= len(at) <= batch_size
+        padded = len(at) * width_l[at].max() * width_r[at].max()
+        assert padded <= 1.25**2 * (width_l[at] * width_r[at]).sum()
+
+
+def test_width_classes_and_merged_groups():
+    width = np.arange(1, 5000)
+    top = _width_class(width)
+    np.testing.assert_array_equal(top[:8], width[:8])  # exact up to 8
+    assert np.all(top >= width) and np.all(np.diff(top) >= 0) and np.all(top <= 1.25 * width)
+    assert len(np.unique(top)) <= 8 + 4 * 12  # 4 classes an octave above 8
+    # Small groups of nearby widths share one call; far apart widths do not.
+    assert len(_padding_batches(np.array([20, 20, 21, 22]), np.array([9, 10, 10, 9]), 64)) == 1
+    assert len(_padding_batches(np.array([20, 300]), np.array([20, 20]), 64)) == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
