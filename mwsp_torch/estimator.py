@@ -72,6 +72,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         blur (float): Sinkhorn blur (default ``0.01``).
         scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
             and more accurate (default ``0.99``; see ``benchmarks/README.md``).
+        sinkhorn_check (int): with ``solver="sinkhorn"``, ``fit`` also solves this many
+            random training pairs exactly and reports how far Sinkhorn is from W at this
+            ``blur`` in ``sinkhorn_error_`` (default ``64``; ``0``: not measured).
         checkpoint (str, optional): directory for finished tiles of the exact
             solver; a killed ``fit`` started again recomputes only unfinished
             tiles and ends with the identical matrix (default: none).
@@ -86,7 +89,20 @@ class MWSP(TransformerMixin, BaseEstimator):
         tree_vocab_, path_vocab_, row_vocab_ (Vocabulary): fitted tables.
         timings_ (dict): seconds spent in ``features`` and ``transport``, and how many
             distinct measures (graphs up to an equal node-row distribution) and pairs
-            the transport solved.
+            the transport solved; with Sinkhorn, also ``sinkhorn_check`` (seconds) and
+            ``sinkhorn_error_``'s three figures.
+        sinkhorn_error_ (dict or None): with ``solver="sinkhorn"``, the approximation
+            measured on ``pairs`` random training pairs (seeded, so a refit measures the
+            same ones): ``median_relative`` and ``max_relative`` error against exact W
+            (pairs with W > 0) and ``max_absolute``, with the ``blur`` and ``scaling``
+            used; the same settings give the same error on ``transform``'s pairs only in
+            distribution. ``None`` for the exact solver or ``sinkhorn_check=0``.
+
+    Parameters that decide the features or the meaning of W (``d``, ``k``, ``paths``,
+    ``labels``, ``solver``, and ``blur`` and ``scaling`` with Sinkhorn) are those of the
+    last ``fit``: changing one with ``set_params`` needs a refit before ``transform``
+    (an error says so). ``lam``, ``n_jobs``, ``device``, ``exact_engine`` and ``progress``
+    may change freely.
     """
 
     def __init__(
@@ -102,6 +118,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         n_jobs: int = -1,
         blur: float = 0.01,
         scaling: float = 0.99,
+        sinkhorn_check: int = 64,
         checkpoint: str | None = None,
         progress: bool = False,
     ) -> None:
@@ -116,6 +133,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.blur = blur
         self.scaling = scaling
+        self.sinkhorn_check = sinkhorn_check
         self.checkpoint = checkpoint
         self.progress = progress
 
@@ -149,6 +167,35 @@ class MWSP(TransformerMixin, BaseEstimator):
                 )
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
+        if not is_integer(self.sinkhorn_check) or self.sinkhorn_check < 0:
+            raise ValueError(f"sinkhorn_check must be an integer >= 0, got {self.sinkhorn_check!r}")
+        self._validate_device()
+
+    def _validate_device(self) -> None:
+        """``device`` parsed, and where a solver will use it (Sinkhorn, the batched and thread
+        exact engines) present: a CUDA device that torch (or, for the thread engine, numba)
+        cannot see fails here rather than after the features. The compiled engine runs on
+        the CPU whatever ``device`` says."""
+        import torch
+
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {self.device!r}") from err
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or a CUDA device, got {self.device!r}")
+        if device.type != "cuda" or (self.solver == "exact" and self.exact_engine == "compiled"):
+            return
+        if self.solver == "exact" and self.exact_engine == "thread":
+            from numba import cuda
+
+            if not cuda.is_available():
+                raise ValueError(
+                    f"exact_engine='thread' on device={self.device!r} needs numba's CUDA support, "
+                    "which sees no usable CUDA device here; use device='cpu' or exact_engine='compiled'"
+                )
+        elif not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r}, but torch sees no CUDA device here; use device='cpu'")
 
     def _features(self, graphs, fitted: bool) -> tuple[SupportSet, sp.csr_matrix]:
         """Supports of ``graphs``; during ``fit`` the vocabularies grow, after it they are frozen."""
@@ -207,6 +254,32 @@ class MWSP(TransformerMixin, BaseEstimator):
                 left, right, pairs, blur=self.blur, scaling=self.scaling, device=self.device, progress=bar.update
             )
 
+    def _feature_settings(self) -> dict:
+        """The parameters that ``distances_`` and the fitted vocabularies depend on."""
+        settings = {"d": self.d, "k": self.k, "paths": self.paths, "labels": self.labels, "solver": self.solver}
+        if self.solver == "sinkhorn":
+            settings.update(blur=self.blur, scaling=self.scaling)
+        return settings
+
+    def _sinkhorn_error(self, support: SupportSet, pairs: np.ndarray, values: np.ndarray) -> dict | None:
+        """Sinkhorn's values on up to ``sinkhorn_check`` random ``pairs`` against exact W."""
+        if self.solver != "sinkhorn" or self.sinkhorn_check == 0 or len(pairs) == 0:
+            return None
+        rng = np.random.default_rng(0)
+        picked = np.sort(rng.choice(len(pairs), min(self.sinkhorn_check, len(pairs)), replace=False))
+        exact = exact_distances(support, support, pairs[picked], n_jobs=self.n_jobs)
+        gap = np.abs(values[picked] - exact)
+        positive = exact > 0
+        relative = gap[positive] / exact[positive]
+        return {
+            "pairs": len(picked),
+            "median_relative": float(np.median(relative)) if positive.any() else 0.0,
+            "max_relative": float(relative.max()) if positive.any() else 0.0,
+            "max_absolute": float(gap.max()),
+            "blur": self.blur,
+            "scaling": self.scaling,
+        }
+
     def fit(self, graphs, y=None) -> MWSP:
         """Learn vocabularies and the training distances ``distances_``.
 
@@ -239,6 +312,13 @@ class MWSP(TransformerMixin, BaseEstimator):
             "distinct_measures": n,
             "pairs": len(pairs),
         }
+        check = time.perf_counter()
+        self.sinkhorn_error_ = self._sinkhorn_error(distinct, pairs, values)
+        if self.sinkhorn_error_ is not None:
+            self.timings_["sinkhorn_check"] = time.perf_counter() - check
+            for name in ("median_relative", "max_relative", "max_absolute"):
+                self.timings_[f"sinkhorn_{name}_error"] = self.sinkhorn_error_[name]
+        self.fitted_settings_ = self._feature_settings()
         return self
 
     def kernel(self, distances: np.ndarray | None = None) -> np.ndarray:
@@ -254,6 +334,14 @@ class MWSP(TransformerMixin, BaseEstimator):
         """W between new graphs and the training graphs, ``[n_new, n_train]``."""
         check_is_fitted(self, "distances_")
         self._validate_params()
+        fitted = getattr(self, "fitted_settings_", None)
+        if fitted is not None:
+            for name, value in fitted.items():  # solver before blur and scaling
+                if getattr(self, name) != value:
+                    raise ValueError(
+                        f"{name} is {getattr(self, name)!r} but the model was fitted with {value!r}: "
+                        f"its vocabularies and distances_ belong to the fitted value; refit, or set it back"
+                    )
         new = self._features(graphs, fitted=True)[0]
         train = SupportSet(
             rows=new.rows,

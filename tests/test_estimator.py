@@ -294,3 +294,71 @@ def test_nested_protocol_equals_the_spec_written_out(mutag):
     assert result["accuracy_mean"] == pytest.approx(np.mean(repetitions), abs=1e-12)
     assert result["accuracy_std"] == pytest.approx(np.std(repetitions), abs=1e-12)
     assert result["fold_accuracy_std"] == pytest.approx(np.std(folds), abs=1e-12)
+
+
+def test_sinkhorn_fit_measures_its_error_against_exact(mutag):
+    """SPEC 4: Sinkhorn says how far it is from W at its blur. With a check of every pair,
+    the reported figures are those of the two whole matrices."""
+    graphs = mutag[0][:12]
+    exact = MWSP(d=2, k=0).fit(graphs).distances_
+    model = MWSP(d=2, k=0, solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=1000).fit(graphs)
+    iu = np.triu_indices(len(graphs), 1)
+    assert model.timings_["distinct_measures"] == len(graphs)  # so the check's pairs are these
+    gap = np.abs(model.distances_[iu] - exact[iu])
+    relative = gap / exact[iu]
+    report = model.sinkhorn_error_
+    assert report["pairs"] == len(iu[0]) and report["blur"] == 0.05 and report["scaling"] == 0.9
+    np.testing.assert_allclose(report["median_relative"], np.median(relative), rtol=1e-12)
+    np.testing.assert_allclose(report["max_relative"], relative.max(), rtol=1e-12)
+    np.testing.assert_allclose(report["max_absolute"], gap.max(), rtol=1e-12)
+    assert model.timings_["sinkhorn_median_relative_error"] == report["median_relative"]
+    # A sample: 10 of the 66 pairs, its error no larger than the whole's; blur 1.0 errs 9x more (measured).
+    sample = MWSP(d=2, k=0, solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=10).fit(graphs)
+    assert sample.sinkhorn_error_["pairs"] == 10
+    assert 0 < sample.sinkhorn_error_["max_relative"] <= relative.max()
+    coarse = MWSP(d=2, k=0, solver="sinkhorn", blur=1.0, scaling=0.9).fit(graphs)
+    assert coarse.sinkhorn_error_["median_relative"] > 5 * report["median_relative"]
+    assert MWSP(d=2, k=0, solver="sinkhorn", sinkhorn_check=0).fit(graphs[:3]).sinkhorn_error_ is None
+    assert MWSP(d=2, k=0).fit(graphs[:3]).sinkhorn_error_ is None
+    for bad in (-1, True, 2.5):
+        with pytest.raises(ValueError, match="sinkhorn_check must be an integer >= 0"):
+            MWSP(solver="sinkhorn", sinkhorn_check=bad).fit(graphs[:3])
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("d", 3), ("k", 1), ("paths", "all"), ("labels", "degree"), ("solver", "sinkhorn")],
+)
+def test_transform_refuses_settings_changed_since_fit(name, value):
+    model = MWSP(d=2, k=0).fit(datas(TRAIN))
+    expected = model.transform(datas(NEW))
+    model.set_params(**{name: value})
+    with pytest.raises(ValueError, match=f"{name} is {value!r} but the model was fitted with"):
+        model.transform(datas(NEW))
+    model.set_params(**{name: MWSP().get_params()[name]})  # set back: no refit needed
+    np.testing.assert_array_equal(model.transform(datas(NEW)), expected)
+    # What W does not depend on may change freely.
+    model.set_params(lam=2.0, n_jobs=1, exact_engine="thread", progress=False)
+    np.testing.assert_allclose(model.transform(datas(NEW)), expected**2, rtol=1e-12)
+
+
+def test_sinkhorn_blur_changed_since_fit_is_refused():
+    model = MWSP(solver="sinkhorn", blur=0.05, scaling=0.9).fit(datas(TRAIN))
+    model.set_params(blur=0.1)
+    with pytest.raises(ValueError, match="blur is 0.1 but the model was fitted with 0.05"):
+        model.transform(datas(NEW))
+
+
+def test_device_is_checked_before_any_work(monkeypatch):
+    for device in ("tpu", "bogus", 3):
+        with pytest.raises(ValueError, match="device must be"):
+            MWSP(solver="sinkhorn", device=device).fit(datas(TRAIN))
+    with pytest.raises(ValueError, match="device must be"):
+        MWSP(device="bogus").fit(datas(TRAIN))  # parsed even where unused
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for options in ({"solver": "sinkhorn"}, {"exact_engine": "batched"}):
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            MWSP(device="cuda", **options).fit(datas(TRAIN))
+    # The compiled engine runs on the CPU whatever device says.
+    cpu = MWSP().fit(datas(TRAIN)).distances_
+    np.testing.assert_array_equal(MWSP(device="cuda:1").fit(datas(TRAIN)).distances_, cpu)
