@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", default=None, help="write the results here")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
     _common(dist, many=False)
-    dist.add_argument("--out", required=True, help="output .npy path")
+    dist.add_argument("--out", required=True, help="output path (.npy format, written to exactly this path)")
     return parser
 
 
@@ -178,8 +178,14 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--blur must be > 0 and finite, got {args.blur}")
     if args.checkpoint is not None and args.solver != "exact":
         parser.error(f"--checkpoint is only kept by the exact solver, not by --solver {args.solver}")
-    if args.command == "evaluate" and args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.command == "evaluate":
+        if args.repeats < 1:
+            parser.error(f"--repeats must be >= 1, got {args.repeats}")
+        if args.folds < 2:
+            parser.error(f"--folds must be >= 2, got {args.folds}")
+        for flag, values in (("--d", args.d), ("--k", args.k)):
+            if len(set(values)) != len(values):
+                parser.error(f"{flag} lists a value more than once: {' '.join(map(str, values))}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
             labels = args.labels or default_labels(args.dataset)
             w, timings = _distances(args, graphs, args.d, args.k, labels)
-            np.save(args.out, w)
+            with open(args.out, "wb") as out:  # np.save on a path would append .npy to it
+                np.save(out, w)
             print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
             return 0
         result = _evaluate(args)

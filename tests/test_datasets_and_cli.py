@@ -245,6 +245,9 @@ def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
         (["--n-jobs", "0"], "--n-jobs must be >= 1, or -1 for every core, got 0"),
         (["--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
         (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the exact solver"),
+        (["--folds", "1"], "--folds must be >= 2, got 1"),
+        (["--d", "0", "2", "0"], "--d lists a value more than once: 0 2 0"),
+        (["--k", "1", "1"], "--k lists a value more than once: 1 1"),
     ],
 )
 def test_cli_refuses_bad_arguments_before_reading_data(extra, message, capsys):
@@ -305,6 +308,15 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel
     whole_out = tmp_path / "whole.npy"
     assert main(args(whole_out, "other-cache", with_checkpoint=False)) == 0
     np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))
+
+
+def test_cli_distances_writes_exactly_the_out_path(data_root, cache_dir, tmp_path, capsys):
+    out = tmp_path / "w_without_suffix"
+    argv = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir)]
+    assert main([*argv, "--d", "1", "--k", "0", "--out", str(out), "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["out"] == str(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["w_without_suffix"]  # numpy appends no .npy
+    assert np.load(out).shape == (188, 188)
 
 
 def test_cli_unwritable_out_is_an_error_not_a_traceback(data_root, cache_dir, tmp_path, capsys):
