@@ -89,6 +89,8 @@ def graph_chunks(ptr: np.ndarray, chunk_nodes: int) -> list[tuple[int, int]]:
 
 
 def _as_numpy(value, what: str, index: int) -> np.ndarray:
+    if _is_sparse(value):  # labels are read row by row; edges come here already as index pairs
+        raise ValueError(f"graph {index}: {what} must be a dense tensor, got a sparse one; pass {what}.to_dense()")
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
@@ -97,7 +99,9 @@ def _as_numpy(value, what: str, index: int) -> np.ndarray:
 
 
 def _num_nodes(data, index: int) -> int:
-    n = getattr(data, "num_nodes", None)
+    # A num_nodes that was set is read as set: PyG's data.num_nodes turns "3" into None
+    # (it sums the stores' counts and gives None on a TypeError) and True into 1.
+    n = data["num_nodes"] if "num_nodes" in data else data.num_nodes
     if n is None:
         raise ValueError(f"graph {index}: cannot tell its number of nodes (set num_nodes, x or node_label)")
     if isinstance(n, torch.Tensor):
@@ -108,14 +112,17 @@ def _num_nodes(data, index: int) -> int:
     if isinstance(n, bool) or not whole:
         raise ValueError(f"graph {index}: num_nodes must be a whole number, got {n!r}")
     n = int(n)
-    if n <= 0:
+    if n < 0:
+        raise ValueError(f"graph {index}: num_nodes must be non-negative, got {n}")
+    if n == 0:
         raise ValueError(f"graph {index}: has no nodes")
     return n
 
 
-def _edge_index(data, index: int) -> np.ndarray:
+def _edge_index(data, index: int, num_nodes: int) -> np.ndarray:
     """``[2, num_edges]`` int64 ``edge_index`` of one graph, its shape and type checked
-    (its node range is checked for all graphs at once, by :func:`_adjacency`)."""
+    (its node range is checked for all graphs at once, by :func:`_adjacency`, except for
+    unsigned nodes that int64 cannot hold, which would wrap to negative ones)."""
     edge_index = getattr(data, "edge_index", None)
     what = "edge_index"
     if edge_index is None:
@@ -129,6 +136,10 @@ def _edge_index(data, index: int) -> np.ndarray:
         raise ValueError(f"graph {index}: edge_index must have shape [2, num_edges], got {list(ei.shape)}")
     if not np.issubdtype(ei.dtype, np.integer):
         raise ValueError(f"graph {index}: edge_index must be integer, got {ei.dtype}")
+    if np.issubdtype(ei.dtype, np.unsignedinteger) and ei.size and ei.max() > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"graph {index}: edge_index contains node {ei.max()}, outside 0..{num_nodes - 1} (num_nodes={num_nodes})"
+        )
     return ei.astype(np.int64, copy=False)
 
 
@@ -302,10 +313,23 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
 
 
 def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) -> np.ndarray:
-    """One graph's integer label rows (``x`` not yet decoded from one-hot), checked."""
+    """One graph's integer label rows (``x`` not yet decoded from one-hot), checked.
+
+    ``x`` may be float (PyG stores one-hot ``x`` as float) with whole values; ``node_label``
+    must be integer: it is the field for labels as they are, so it is never rounded or cast.
+    """
+    if lab.ndim == 2 and lab.shape[1] == 0:  # what TUDataset leaves in x for a dataset without node labels
+        raise ValueError(
+            f"graph {index}: {source} has no columns (shape {list(lab.shape)}), so no node labels; "
+            "choose labels='degree' or labels='uniform'"
+        )
     if not np.issubdtype(lab.dtype, np.integer):
         if source == "node_label":
-            raise ValueError(f"graph {index}: node_label must be an integer tensor, got {lab.dtype}")
+            raise ValueError(
+                f"graph {index}: node_label must be an integer tensor, got {lab.dtype} (node_label is read "
+                "as given, never cast; only x may be float, as PyG stores one-hot x as float); if its values "
+                "are whole numbers, pass node_label.long()"
+            )
         if not _integral(lab):
             raise ValueError(
                 f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
@@ -365,8 +389,9 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
 
     Raises:
         ValueError: naming the graph's index, for an item that is not a ``Data`` (a
-            ``Batch`` included), an empty graph, a bad ``edge_index``, negative,
-            non-integer or out-of-int64 labels, missing labels under ``"auto"``, label
+            ``Batch`` included), an empty graph or a bad ``num_nodes``, a bad ``edge_index``,
+            negative, non-integer or out-of-int64 labels, sparse or zero-column
+            ``node_label``/``x``, missing labels under ``"auto"``, label
             rows of differing widths, or labels that differ from the scheme's (field,
             one-hot ``x`` or not, width); without an index, for a single graph, a
             ``Batch`` or a ``DataLoader`` in place of a list.
@@ -383,7 +408,7 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
     for i, data in enumerate(graphs):
         _check_graph(data, i)
         sizes[i] = _num_nodes(data, i)
-        edges.append(_edge_index(data, i))
+        edges.append(_edge_index(data, i, int(sizes[i])))
         if labels == "auto":
             found = _raw_labels(data, i)
             if found is None:
