@@ -18,9 +18,10 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
+from mwsp_torch._checks import is_integer, is_positive_number, is_real
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch._numba_setup import numba_ready
-from mwsp_torch.kernel import is_integer, is_positive_number, is_real, laplacian_kernel
+from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
 from mwsp_torch.transport import (

@@ -9,30 +9,17 @@ so that ``K_train P`` is the treated training kernel, is applied to test rows.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
+
+from mwsp_torch._checks import is_integer, is_positive_number, is_real
+
+__all__ = ["KREIN_MODES", "is_integer", "is_positive_number", "is_real", "krein_projector", "laplacian_kernel"]
 
 KREIN_MODES = ("flip", "clip")
 
 #: How far from symmetric (relative to the largest entry) a training kernel may be, from
 #: rounding, before :func:`krein_projector` refuses it rather than symmetrising it.
 SYMMETRY_TOL = 1e-10
-
-
-def is_real(value) -> bool:
-    """A real number (not a bool, which Python counts as one, a string or None)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def is_integer(value) -> bool:
-    """An integer (not a bool, which Python counts as one)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def is_positive_number(value) -> bool:
-    """A real number (see :func:`is_real`), finite and > 0."""
-    return is_real(value) and bool(np.isfinite(value)) and value > 0
 
 
 def laplacian_kernel(distances: np.ndarray, lam: float) -> np.ndarray:

@@ -45,10 +45,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch._simplex import cost_width, transport_cost
-from mwsp_torch.kernel import is_integer
 
 SOLVERS = ("exact", "sinkhorn")
 

@@ -23,9 +23,10 @@ import torch
 from numba import njit
 from torch_geometric.transforms import BaseTransform
 
+from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._numba_setup import numba_ready
-from mwsp_torch.labels import CHUNK_NODES, GraphSet, LabelScheme, graph_chunks, to_graph_set
+from mwsp_torch.labels import CHUNK_NODES, LABEL_POLICIES, GraphSet, LabelScheme, graph_chunks, to_graph_set
 
 
 @njit(cache=True, nogil=True)
@@ -150,21 +151,46 @@ class TreeIDs(BaseTransform):
     sees (two nodes share ``tree_ids[:, s]`` iff their depth-``s`` trees are
     isomorphic); it grows as new trees appear.
 
+    That vocabulary lives in one process: a copy in another process would give
+    one ID to different trees. So the transform runs in the main process only,
+    and refuses to run in a ``DataLoader`` worker (``num_workers > 0``); use
+    ``num_workers=0``, give it to the dataset as ``pre_transform``, or apply it
+    once to the list of graphs before the loader.
+
     Args:
-        k (int): deepest scale (default ``1``).
+        k (int): deepest scale, an integer >= 0 (default ``1``).
         labels (str): label policy, ``"auto"``, ``"degree"`` or ``"uniform"``
             (default ``"auto"``).
+
+    Raises:
+        ValueError: for a ``k`` or ``labels`` outside those (as :class:`mwsp_torch.MWSP`).
     """
 
     def __init__(self, k: int = 1, labels: str = "auto") -> None:
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
+        if not is_integer(k) or k < 0:
+            raise ValueError(f"k must be an integer >= 0, got {k!r}")
+        if not isinstance(labels, str) or labels not in LABEL_POLICIES:
+            raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {labels!r}")
         self.k = k
         self.labels = labels
         self.vocab = Vocabulary()
         self.label_scheme = LabelScheme()
 
     def forward(self, data):
+        """Adds ``data.tree_ids``.
+
+        Raises:
+            RuntimeError: in a ``DataLoader`` worker process (see the class docstring).
+            ValueError: naming the graph, for a graph ``MWSP`` would refuse.
+        """
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            raise RuntimeError(
+                f"TreeIDs runs in DataLoader worker {worker.id} of {worker.num_workers}, but it keeps one "
+                "vocabulary per process, so IDs from different workers would disagree (one ID for different "
+                "trees); run it in the main process: DataLoader(num_workers=0), the dataset's pre_transform, "
+                "or applied once to the list of graphs before the loader"
+            )
         graph_set = to_graph_set([data], labels=self.labels, scheme=self.label_scheme)
         data.tree_ids = torch.from_numpy(tree_ids(graph_set, self.k, self.vocab))
         return data
