@@ -24,17 +24,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import torch
 from joblib import Parallel, delayed
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 from tqdm.auto import tqdm
 
+from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.kernel import KREIN_MODES, krein_projector, laplacian_kernel
 
 #: The paper's grids (Sec. V-A).
 PAPER_LAMS = tuple(float(v) for v in np.logspace(-4, 1, num=6))
 PAPER_CS = tuple(float(v) for v in np.logspace(-3, 3, num=7))
 SVMS = ("svc", "krein")
+
+#: How far from symmetric (relative to the largest distance) W may be, from rounding, before the
+#: protocols refuse it: an SVM on a visibly asymmetric kernel scores nonsense, and slowly.
+DISTANCE_SYMMETRY_TOL = 1e-9
+#: The seeds numpy's and scikit-learn's random states take.
+SEED_RANGE = (0, 2**32 - 1)
+#: Rows of W checked at a time, so that the checks need no [n, n] temporaries.
+_CHECK_ROWS = 512
 
 
 def majority_rate(y: np.ndarray) -> float:
@@ -81,11 +91,106 @@ def max_folds(y: np.ndarray) -> int:
 def _check_folds(y: np.ndarray, n_splits: int, what: str) -> None:
     if n_splits < 2:
         raise ValueError(f"{what} must be at least 2, got {n_splits}")
-    if n_splits > max_folds(y):
+    most = max_folds(y)
+    if most < 2:
+        raise ValueError(
+            f"{what}={n_splits} stratified folds need every class to have at least {n_splits} graphs, but the "
+            "smallest class has 1, and no number of folds (at least 2) allows that: drop the class or add graphs"
+        )
+    if n_splits > most:
         raise ValueError(
             f"{what}={n_splits} stratified folds need every class to have at least {n_splits} graphs, "
-            f"but the smallest class has {max_folds(y)}: pass {what}={max_folds(y)} (or fewer)"
+            f"but the smallest class has {most}: pass {what}={most} or fewer (--folds {most} on the command line)"
         )
+
+
+def _as_array(values) -> np.ndarray:
+    """A numpy view of an array, list or (any-device) torch tensor, values and dtype unchanged."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().numpy()
+    return np.asarray(values)
+
+
+def _check_labels(y) -> np.ndarray:
+    """``y`` as a 1-D numpy array of at least two classes, or a ValueError naming what is wrong."""
+    y = _as_array(y)
+    if y.ndim != 1:
+        shape = tuple(int(s) for s in y.shape)
+        # A column or row of labels would broadcast against predictions (m vs m x 1 gives m x m).
+        hint = "; for a column of labels pass y.ravel()" if y.ndim > 1 and max(shape) == y.size else ""
+        raise ValueError(f"y must be 1-D with one label per graph, got shape {shape}{hint}")
+    if len(y) == 0:
+        raise ValueError("y is empty: give one label per graph")
+    if y.dtype.kind in "fc" and not np.isfinite(y).all():
+        where = int(np.argmax(~np.isfinite(y)))
+        raise ValueError(f"y must hold finite labels, got {y[where]} at index {where}")
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise ValueError(f"y has a single class ({classes[0].item()!r}): the protocol needs at least 2 classes")
+    return y
+
+
+def _as_tuple(values, name: str) -> tuple:
+    """Any iterable as a tuple, read once: a generator would otherwise be spent by the first fold."""
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{name} must be a sequence of numbers, got {values!r}")
+    try:
+        return tuple(values)
+    except TypeError:
+        raise ValueError(f"{name} must be a sequence of numbers, got {values!r}") from None
+
+
+def _check_grid(values, name: str) -> tuple:
+    """``values`` (any iterable, a generator included) as a non-empty tuple of finite numbers > 0."""
+    values = _as_tuple(values, name)
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one value")
+    for value in values:
+        if not is_positive_number(value):
+            raise ValueError(f"{name} must hold finite numbers > 0, got {value!r}")
+    return values
+
+
+def _is_seed(seed) -> bool:
+    """An integer numpy and scikit-learn take as a seed (None, which draws a fresh one, is not)."""
+    return is_integer(seed) and SEED_RANGE[0] <= seed <= SEED_RANGE[1]
+
+
+def _check_distances(distances, n: int, name: str) -> np.ndarray:
+    """W as a numpy array, refused unless ``[n, n]``, real, finite, >= 0 and symmetric.
+
+    Every entry is checked here, once: the fold slices never look at the pairs inside
+    one test fold, and an asymmetric W gives an SVM nonsense to fit (and fits slowly).
+    """
+    w = _as_array(distances)
+    if w.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be a matrix of real numbers, got dtype {w.dtype}")
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"{name} must be a square [n, n] matrix, got shape {tuple(int(s) for s in w.shape)}")
+    if len(w) != n:
+        raise ValueError(
+            f"{name} is {len(w)} x {len(w)} but y has {n} labels: W needs one row and column per labelled graph"
+        )
+    largest = 0.0
+    for start in range(0, n, _CHECK_ROWS):
+        rows = np.asarray(w[start : start + _CHECK_ROWS], dtype=np.float64)
+        bad = ~np.isfinite(rows) | (rows < 0)
+        if bad.any():
+            i, j = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise ValueError(f"{name} must be finite and >= 0, got {float(rows[i, j])} at W[{start + i}, {j}]")
+        largest = max(largest, float(rows.max(initial=0.0)))
+    tol = DISTANCE_SYMMETRY_TOL * largest
+    for start in range(0, n, _CHECK_ROWS):
+        rows = np.asarray(w[start : start + _CHECK_ROWS], dtype=np.float64)
+        gap = np.abs(rows - np.asarray(w[:, start : start + _CHECK_ROWS], dtype=np.float64).T)
+        if gap.max(initial=0.0) > tol:
+            i, j = np.unravel_index(int(np.argmax(gap)), gap.shape)
+            i = start + i
+            raise ValueError(
+                f"{name} must be symmetric, but W[{i}, {j}] = {float(w[i, j])!r} and W[{j}, {i}] = {float(w[j, i])!r} "
+                f"(allowed: a difference of {DISTANCE_SYMMETRY_TOL:g} x max W = {tol:.3g})"
+            )
+    return w
 
 
 def _svc_accuracy(k_train, y_train, k_test, y_test, C: float) -> float:
@@ -141,9 +246,9 @@ def paper_protocol(
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
 
     Args:
-        distances (np.ndarray): ``[n, n]`` W.
-        y (np.ndarray): ``[n]`` class labels.
-        lams, Cs: grids (default: the paper's).
+        distances (np.ndarray): ``[n, n]`` W: finite, ``>= 0`` and symmetric.
+        y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
+        lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
         seed (int): the global numpy seed the script sets (default ``42``).
         svm (str): ``"svc"`` or ``"krein"`` (default ``"svc"``).
         krein (str): ``"flip"`` or ``"clip"`` when ``svm="krein"`` (default ``"flip"``).
@@ -157,8 +262,18 @@ def paper_protocol(
         dict with ``accuracy_mean``, ``accuracy_std`` (percent, std over the
         outer folds), ``fold_accuracies``, ``selected`` (lam, C per fold),
         ``majority_rate``, ``grid`` and ``protocol``.
+
+    Raises:
+        ValueError: naming the argument, for a ``y`` that is not 1-D (a column ``[n, 1]``
+            included) or has one class, a W that is not ``[len(y), len(y)]``, finite, ``>= 0``
+            and symmetric (to ``DISTANCE_SYMMETRY_TOL`` of its largest entry), an empty or
+            non-positive grid, a seed that is not an integer, or too many folds.
     """
-    y = np.asarray(y)
+    y = _check_labels(y)
+    lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
+    if not _is_seed(seed):
+        raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
+    distances = _check_distances(distances, len(y), "distances")
     _check_folds(y, n_splits, "n_splits")
     kernels = _Kernels({None: distances}, svm, krein)
     np.random.seed(seed)
@@ -199,10 +314,11 @@ def nested_protocol(
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
 
     Args:
-        distances: ``{(d, k): W}`` for every setting of the grid.
-        y (np.ndarray): ``[n]`` class labels.
-        lams, Cs: grids (default: the paper's).
-        seeds: one repetition per seed (default ``0..9``).
+        distances: ``{(d, k): W}`` for every setting of the grid; ``d``, ``k`` integers ``>= 0``,
+            each W as in :func:`paper_protocol`.
+        y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
+        lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
+        seeds: one repetition per seed, integers (default ``0..9``).
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         svm, krein (str): as in :func:`paper_protocol`.
         n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
@@ -212,12 +328,27 @@ def nested_protocol(
         dict with ``accuracy_mean`` and ``accuracy_std`` (percent; over the
         repetitions' mean accuracies), ``repetition_accuracies``,
         ``fold_accuracies``, ``selected``, ``majority_rate``, ``grid`` and ``protocol``.
+
+    Raises:
+        ValueError: as :func:`paper_protocol` does (a W's messages name its ``(d, k)``), and
+            for keys that are not ``(d, k)`` pairs of integers ``>= 0`` or empty ``seeds``.
     """
-    y = np.asarray(y)
+    y = _check_labels(y)
+    lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
+    seeds = _as_tuple(seeds, "seeds")
     if len(seeds) == 0:
         raise ValueError("seeds is empty: the nested protocol needs at least one repetition")
+    for seed in seeds:
+        if not _is_seed(seed):
+            raise ValueError(f"seeds must hold integers in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
+    if not isinstance(distances, Mapping):
+        raise ValueError(f"distances must be a mapping {{(d, k): W}}, got {type(distances).__name__}")
     if len(distances) == 0:
         raise ValueError("distances is empty: give W for at least one (d, k)")
+    for key in distances:
+        if not (isinstance(key, tuple) and len(key) == 2 and all(is_integer(v) and v >= 0 for v in key)):
+            raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
+    distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
     _check_folds(y, n_outer, "n_outer")
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)

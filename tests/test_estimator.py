@@ -182,6 +182,10 @@ def test_protocols_name_a_class_too_small_for_the_folds():
         paper_protocol(w, y, lams=(1.0,), Cs=(1.0,))
     result = paper_protocol(w, y, lams=(1.0,), Cs=(1.0,), n_splits=8)
     assert result["outer_folds"] == 8 and len(result["fold_accuracies"]) == 8
+    # A class of one graph: no number of folds helps, and the message does not suggest one.
+    keep = np.r_[np.flatnonzero(y != 0), np.flatnonzero(y == 0)[:1]]
+    with pytest.raises(ValueError, match="smallest class has 1, and no number of folds"):
+        paper_protocol(w[np.ix_(keep, keep)], y[keep], lams=(1.0,), Cs=(1.0,), n_splits=2)
 
 
 def test_graphs_of_one_measure_are_solved_once_and_match_reference():
