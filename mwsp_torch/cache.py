@@ -30,6 +30,8 @@ def cached_distances(
     labels: str = "auto",
     solver: str = "exact",
     blur: float = 0.01,
+    scaling: float = 0.99,
+    sinkhorn_backend: str = "auto",
     n_jobs: int = -1,
     device: str = "cpu",
     exact_engine: str = "compiled",
@@ -43,9 +45,10 @@ def cached_distances(
         graphs: the dataset's graphs (their number and content, as :func:`graphs_fingerprint`
             reads it, are part of the key).
         dataset (str): name, part of the key and the file name.
-        d, k, paths, labels, solver, blur: as in :class:`mwsp_torch.MWSP`.
-        n_jobs, device, exact_engine, checkpoint, progress: how to compute it (not part
-            of the key: the exact engines agree to 1e-9).
+        d, k, paths, labels, solver, blur, scaling: as in :class:`mwsp_torch.MWSP`.
+        n_jobs, device, exact_engine, sinkhorn_backend, checkpoint, progress: how to compute
+            it (not part of the key: the exact engines agree to 1e-9, and so do the Sinkhorn
+            backends, all in float64).
         cache_dir (str, optional): default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``.
 
     Returns:
@@ -67,6 +70,8 @@ def cached_distances(
         exact_engine=exact_engine,
         n_jobs=n_jobs,
         blur=blur,
+        scaling=scaling,
+        sinkhorn_backend=sinkhorn_backend,
         checkpoint=checkpoint,
         progress=progress,
     )
@@ -81,6 +86,7 @@ def cached_distances(
             "labels": labels,
             "solver": solver,
             "blur": blur if solver == "sinkhorn" else None,
+            "scaling": scaling if solver == "sinkhorn" else None,
             "graphs": graphs_fingerprint(graphs, labels=labels),
         },
         sort_keys=True,

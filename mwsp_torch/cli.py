@@ -27,6 +27,7 @@ from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import default_labels, load_dataset
 from mwsp_torch.estimator import EXACT_ENGINES
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
+from mwsp_torch.transport import SINKHORN_BACKENDS
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -39,6 +40,13 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--paths", choices=("split", "all"), default="split")
     parser.add_argument("--solver", choices=("exact", "sinkhorn"), default="exact")
     parser.add_argument("--blur", type=float, default=0.01, help="Sinkhorn blur")
+    parser.add_argument("--scaling", type=float, default=0.99, help="Sinkhorn epsilon-scaling ratio, in (0, 1)")
+    parser.add_argument(
+        "--sinkhorn-backend",
+        choices=SINKHORN_BACKENDS,
+        default="auto",
+        help="auto (default), fused, triton (experimental, CUDA), tensorized or online",
+    )
     parser.add_argument(
         "--labels",
         choices=("auto", "degree", "uniform"),
@@ -57,7 +65,9 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         "slower than compiled)",
     )
     parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
-    parser.add_argument("--checkpoint", default=None, help="keep finished tiles of the exact solver here (resumable)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="keep finished tiles of the compiled exact engine here (resumable)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -98,6 +108,8 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
         labels=labels,
         solver=args.solver,
         blur=args.blur,
+        scaling=args.scaling,
+        sinkhorn_backend=args.sinkhorn_backend,
         n_jobs=args.n_jobs,
         device=args.device,
         exact_engine=args.exact_engine,
@@ -176,6 +188,8 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--n-jobs must be >= 1, or -1 for every core, got {args.n_jobs}")
     if not (np.isfinite(args.blur) and args.blur > 0):
         parser.error(f"--blur must be > 0 and finite, got {args.blur}")
+    if not 0 < args.scaling < 1:
+        parser.error(f"--scaling must be in (0, 1), got {args.scaling}")
     if args.checkpoint is not None and args.solver != "exact":
         parser.error(f"--checkpoint is only kept by the exact solver, not by --solver {args.solver}")
     if args.command == "evaluate":

@@ -229,6 +229,16 @@ def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
     assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
 
 
+def test_sinkhorn_scaling_is_part_of_the_cache_key(mutag, tmp_path):
+    graphs = mutag[0][:6]
+    options = dict(d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", blur=0.05)
+    coarse, first = cached_distances(graphs, "MUTAG", scaling=0.5, **options)
+    fine, second = cached_distances(graphs, "MUTAG", scaling=0.9, **options)
+    assert not first["cached"] and not second["cached"]
+    assert np.abs(coarse - fine).max() > 1e-6  # another W, not the first one served again
+    assert cached_distances(graphs, "MUTAG", scaling=0.5, **options)[1]["cached"]
+
+
 def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
     graphs = mutag[0][:8]
     cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
@@ -246,6 +256,7 @@ def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
         (["--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
         (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the exact solver"),
         (["--folds", "1"], "--folds must be >= 2, got 1"),
+        (["--scaling", "1.0"], "--scaling must be in (0, 1), got 1.0"),
         (["--d", "0", "2", "0"], "--d lists a value more than once: 0 2 0"),
         (["--k", "1", "1"], "--k lists a value more than once: 1 1"),
     ],

@@ -366,3 +366,14 @@ def test_device_is_checked_before_any_work(monkeypatch):
     # The compiled engine runs on the CPU whatever device says.
     cpu = MWSP().fit(datas(TRAIN)).distances_
     np.testing.assert_array_equal(MWSP(device="cuda:1").fit(datas(TRAIN)).distances_, cpu)
+
+
+def test_sinkhorn_backend_reaches_the_solver():
+    with pytest.raises(ValueError, match="sinkhorn_backend must be one of"):
+        MWSP(solver="sinkhorn", sinkhorn_backend="keops").fit(datas(TRAIN))
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):  # the Triton kernels, asked for on a CPU
+        MWSP(solver="sinkhorn", sinkhorn_backend="triton").fit(datas(TRAIN))
+    options = dict(solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=0)
+    fused = MWSP(sinkhorn_backend="fused", **options).fit(datas(TRAIN)).distances_
+    geomloss = MWSP(sinkhorn_backend="tensorized", **options).fit(datas(TRAIN)).distances_
+    np.testing.assert_allclose(geomloss, fused, rtol=1e-9, atol=1e-12)
