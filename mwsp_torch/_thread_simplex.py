@@ -35,9 +35,11 @@ minima through LLVM vector intrinsics (:mod:`mwsp_torch._simd`), fastmath and in
 flags, none of which compile for CUDA, and its cost is measured per nanosecond. Tests
 hold the two to the same W (``tests/test_transport.py``).
 
-Limits: problems of more than ``MAX_NODES`` (63) points after cancelling, the bit masks'
-limit, are not solved here: the kernels flag them, and
-:func:`mwsp_torch.transport.thread_exact_distances` hands them to the CPU engine.
+Limits: problems of more than ``MAX_NODES`` (63) points, the bit masks' limit, are not
+solved here: :func:`mwsp_torch.transport.thread_exact_distances` hands every pair whose two
+supports hold more than 63 points together (before cancelling, which only removes points)
+to the CPU engine, and the kernels flag an oversized problem anyway, as a guard that the
+caller turns into an error.
 """
 
 from __future__ import annotations
