@@ -318,7 +318,7 @@ def nested_protocol(
             each W as in :func:`paper_protocol`.
         y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
         lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
-        seeds: one repetition per seed, integers (default ``0..9``).
+        seeds: one repetition per seed, distinct integers (default ``0..9``).
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         svm, krein (str): as in :func:`paper_protocol`.
         n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
@@ -341,6 +341,10 @@ def nested_protocol(
     for seed in seeds:
         if not _is_seed(seed):
             raise ValueError(f"seeds must hold integers in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"seeds must differ, got {list(seeds)}: a repeated seed repeats a repetition and shrinks the reported std"
+        )
     if not isinstance(distances, Mapping):
         raise ValueError(f"distances must be a mapping {{(d, k): W}}, got {type(distances).__name__}")
     if len(distances) == 0:

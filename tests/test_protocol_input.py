@@ -218,3 +218,8 @@ def test_seeds_must_be_integers(seed):
 def test_nested_seeds_may_be_any_iterable():
     assert nested(seeds=iter((0, 1)))["fold_accuracies"] == nested()["fold_accuracies"]
     assert nested(seeds=np.array([0, 1]))["seeds"] == [0, 1]
+
+
+def test_nested_seeds_must_differ():
+    with pytest.raises(ValueError, match=r"seeds must differ, got \[0, 1, 0\]: a repeated seed repeats a repetition"):
+        nested(seeds=(0, 1, 0))
