@@ -104,6 +104,23 @@ def _check_folds(y: np.ndarray, n_splits: int, what: str) -> None:
         )
 
 
+def _check_inner_folds(y: np.ndarray, n_outer: int, n_inner: int) -> None:
+    """Every class keeps ``n_inner`` graphs in every outer training fold (a stratified test
+    fold takes at most ``ceil(count / n_outer)`` of a class); scikit-learn would only warn
+    and select ``(d, k, lam, C)`` on inner folds that miss a class."""
+    if not is_integer(n_inner) or n_inner < 2:
+        raise ValueError(f"n_inner must be an integer >= 2, got {n_inner!r}")
+    classes, counts = np.unique(y, return_counts=True)
+    kept = counts - -(-counts // n_outer)
+    if kept.min() < n_inner:
+        c = int(np.argmin(kept))
+        raise ValueError(
+            f"n_inner={n_inner} stratified inner folds need every class to keep {n_inner} graphs in each outer "
+            f"training fold, but class {classes[c].item()!r} ({counts[c]} graphs, n_outer={n_outer}) keeps as few as "
+            f"{kept[c]}: pass n_inner={max(kept.min(), 2)} or fewer, or more outer folds (--folds) if the classes allow"
+        )
+
+
 def _as_array(values) -> np.ndarray:
     """A numpy view of an array, list or (any-device) torch tensor, values and dtype unchanged."""
     if isinstance(values, torch.Tensor):
@@ -354,6 +371,7 @@ def nested_protocol(
             raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
     _check_folds(y, n_outer, "n_outer")
+    _check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)
     jobs, fold_seeds = [], []

@@ -223,3 +223,14 @@ def test_nested_seeds_may_be_any_iterable():
 def test_nested_seeds_must_differ():
     with pytest.raises(ValueError, match=r"seeds must differ, got \[0, 1, 0\]: a repeated seed repeats a repetition"):
         nested(seeds=(0, 1, 0))
+
+
+def test_nested_inner_folds_must_fit_every_training_fold():
+    y_small = np.r_[np.zeros(34, dtype=int), np.ones(6, dtype=int)]  # class 1: 6 graphs
+    # 5 outer folds: a test fold takes 2 of class 1, a training fold keeps 4 < 5 inner folds.
+    with pytest.raises(ValueError, match=r"class 1 \(6 graphs, n_outer=5\) keeps as few as 4: pass n_inner=4"):
+        nested_protocol({(2, 0): W}, y_small, lams=(1.0,), Cs=(1.0,), seeds=(0,), n_outer=5)
+    result = nested_protocol({(2, 0): W}, y_small, lams=(1.0,), Cs=(1.0,), seeds=(0,), n_outer=5, n_inner=4)
+    assert len(result["fold_accuracies"]) == 5
+    with pytest.raises(ValueError, match="n_inner must be an integer >= 2, got 1"):
+        nested_protocol({(2, 0): W}, y_small, lams=(1.0,), Cs=(1.0,), seeds=(0,), n_outer=5, n_inner=1)
