@@ -76,17 +76,12 @@ def cached_distances(
         progress=progress,
     )
     model._validate_params()  # a cache hit must not let bad parameters pass unseen
+    # The setting is what the estimator itself holds W to (what transform may not change).
     key = json.dumps(
         {
             "dataset": dataset,
             "n": len(graphs),
-            "d": d,
-            "k": k,
-            "paths": paths,
-            "labels": labels,
-            "solver": solver,
-            "blur": blur if solver == "sinkhorn" else None,
-            "scaling": scaling if solver == "sinkhorn" else None,
+            **model._feature_settings(),
             "graphs": graphs_fingerprint(graphs, labels=labels),
         },
         sort_keys=True,
