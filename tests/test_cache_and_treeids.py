@@ -192,3 +192,30 @@ def test_a_cache_hit_returns_the_fits_timings_with_sinkhorn_error(tmp_path):
     assert {name: value for name, value in hit.items() if name != "cached"} == {
         name: value for name, value in first.items() if name != "cached"
     }
+
+
+def test_every_setting_w_depends_on_is_in_the_cache_key(tmp_path):
+    """Each parameter ``MWSP._feature_settings`` names (what W depends on) changes the key:
+    computed again, not served another setting's W. The graphs are chosen so that every
+    change gives a different W (checked), and the list must cover every such parameter."""
+    unlabelled = [
+        Data(edge_index=undirected(edges), num_nodes=n)
+        for edges, n in [(CYCLE, 4), (PATH, 4), (STAR, 4), (CYCLE + [(0, 2)], 4), ([(0, 1), (1, 2), (2, 3), (3, 4)], 5)]
+    ]
+    base = {"d": 2, "k": 0, "paths": "split", "labels": "degree", "solver": "exact"}
+    changes = [("d", 3), ("k", 1), ("paths", "all"), ("labels", "uniform"), ("solver", "sinkhorn")]
+    sinkhorn = {**base, "solver": "sinkhorn", "blur": 0.05, "scaling": 0.9}
+    sinkhorn_changes = [("blur", 0.2), ("scaling", 0.5)]
+    assert {name for name, _ in changes} == set(MWSP(**base)._feature_settings())
+    assert {name for name, _ in changes + sinkhorn_changes} == set(MWSP(**sinkhorn)._feature_settings())
+    for start, edits in [(base, changes), (sinkhorn, sinkhorn_changes)]:
+        first, timings = cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **start)
+        assert not timings["cached"]
+        for name, value in edits:
+            params = {**start, name: value}
+            served, timings = cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **params)
+            expected = MWSP(n_jobs=1, **params).fit(unlabelled).distances_
+            assert not timings["cached"], name
+            np.testing.assert_allclose(served, expected, rtol=1e-12, atol=1e-15, err_msg=name)
+            assert np.abs(expected - first).max() > 1e-3, name  # the change matters on these graphs
+            assert cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **params)[1]["cached"], name
