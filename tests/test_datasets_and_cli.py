@@ -69,22 +69,58 @@ def test_no_root_at_all(monkeypatch, cache_dir):
         load_tudataset("MUTAG", cache_dir=cache_dir)
 
 
+def _raw(data_root, name: str, part: str) -> np.ndarray:
+    """A raw TU file read with numpy alone, independently of the library's loader."""
+    return np.loadtxt(data_root / name / "raw" / f"{name}_{part}.txt", delimiter=",", dtype=np.int64, ndmin=2)
+
+
+def _label_histogram_distances(graph_of_node: np.ndarray, labels: np.ndarray, graphs: int) -> np.ndarray:
+    """W at d=0, k=0 in closed form: the rows are one-hot labels, pairwise sqrt(2) apart, so
+    W(G, H) = sqrt(2) * (total variation of the two label histograms) = sqrt(2)/2 * |p_G - p_H|_1."""
+    _, codes = np.unique(labels, axis=0, return_inverse=True)
+    codes = codes.ravel()
+    hist = np.zeros((graphs, codes.max() + 1))
+    keep = graph_of_node < graphs
+    np.add.at(hist, (graph_of_node[keep], codes[keep]), 1.0)
+    hist /= hist.sum(1, keepdims=True)
+    return np.sqrt(2) / 2 * np.abs(hist[:, None, :] - hist[None, :, :]).sum(-1)
+
+
 def test_cuneiform_two_label_columns(data_root, cache_dir):
+    """Cuneiform's node labels have two columns; each distinct row is one label (README,
+    Data). At d=0, k=0 W is the label histograms' closed form, which merging or dropping
+    a column would change (checked below: the first column alone gives other values)."""
     graphs, _ = load_tudataset("Cuneiform", root=data_root, cache_dir=cache_dir)
     assert graphs[0].node_label.ndim == 2 and graphs[0].node_label.shape[1] == 2
-    model = MWSP(d=1, k=0).fit(graphs[:30])
-    dense = model.features_[: graphs[0].num_nodes].toarray()
-    # Zero-length paths: one column per distinct label row of the first graph.
-    rows = {tuple(r) for r in graphs[0].node_label.tolist()}
-    assert np.count_nonzero(dense.sum(0) > 0) >= len(rows)
+    count = 30
+    graph_of_node = _raw(data_root, "Cuneiform", "graph_indicator")[:, 0] - 1
+    raw_labels = _raw(data_root, "Cuneiform", "node_labels")
+    expected = _label_histogram_distances(graph_of_node, raw_labels, count)
+    one_column = _label_histogram_distances(graph_of_node, raw_labels[:, :1], count)
+    assert np.abs(expected - one_column).max() > 0.1  # the second column matters on these graphs
+    w = MWSP(d=0, k=0, n_jobs=1).fit(graphs[:count]).distances_
+    np.testing.assert_allclose(w, expected, rtol=1e-12, atol=1e-15)
 
 
 def test_imdb_needs_degree_labels(data_root, cache_dir):
+    """IMDB-BINARY has no node labels: refused without a policy; with ``labels="degree"``
+    W at d=0, k=0 is the closed form over histograms of degrees counted from the raw edges
+    (symmetrised, self-loops and duplicates dropped, SPEC 1)."""
     graphs, _ = load_tudataset("IMDB-BINARY", root=data_root, cache_dir=cache_dir)
     with pytest.raises(ValueError, match="graph 0: has neither node_label nor x"):
         MWSP().fit(graphs[:5])
-    w = MWSP(d=1, k=0, labels="degree").fit(graphs[:5]).distances_
-    assert w.shape == (5, 5) and np.all(w[np.triu_indices(5, 1)] > 0)
+    count = 20
+    graph_of_node = _raw(data_root, "IMDB-BINARY", "graph_indicator")[:, 0] - 1
+    edges = _raw(data_root, "IMDB-BINARY", "A") - 1
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    edges = np.unique(np.sort(edges, axis=1), axis=0)
+    degree = np.bincount(edges.ravel(), minlength=len(graph_of_node))
+    expected = _label_histogram_distances(graph_of_node, degree[:, None], count)
+    assert expected.max() > 0.5  # the degree histograms differ
+    w = MWSP(d=0, k=0, labels="degree", n_jobs=1).fit(graphs[:count]).distances_
+    np.testing.assert_allclose(w, expected, rtol=1e-12, atol=1e-15)
+    uniform = MWSP(d=0, k=0, labels="uniform", n_jobs=1).fit(graphs[:count]).distances_
+    np.testing.assert_array_equal(uniform, 0.0)  # one label for every node: all graphs alike at d=0
 
 
 def test_mutag_end_to_end_paper_protocol(mutag):
