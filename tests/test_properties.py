@@ -217,3 +217,23 @@ def test_insertion_orders_equal_stable_sorts(entries):
     by_minor = np.argsort(minor, kind="stable")
     np.testing.assert_array_equal(perm[:n], by_minor[np.argsort(major[by_minor], kind="stable")])
     np.testing.assert_array_equal(perm[n:], [-7, -7, -7])
+
+
+def test_tree_ids_ignore_the_numbering_of_siblings():
+    """Fixed cases beside the random ones: the same rooted tree with its children (scale 1)
+    or grandchildren (scale 2) met in the other index order gets the same ID, and W = 0."""
+    star = [(0, 1), (0, 2)]
+    deep = [(0, 1), (0, 2), (1, 3), (2, 4)]
+    graphs = [
+        make_data(3, star, [0, 1, 2]),
+        make_data(3, star, [0, 2, 1]),
+        make_data(5, deep, [0, 7, 8, 5, 6]),  # 0 -> (7 -> 5), (8 -> 6)
+        make_data(5, deep, [0, 8, 7, 6, 5]),  # the same tree, the subtrees numbered the other way
+    ]
+    trees = tree_ids(to_graph_set(graphs), 2, Vocabulary())
+    roots = [0, 3, 6, 11]
+    assert trees[roots[0], 1] == trees[roots[1], 1]
+    assert trees[roots[2], 2] == trees[roots[3], 2]
+    assert trees[roots[0], 1] != trees[roots[2], 1]  # IDs do tell different trees apart
+    w = MWSP(d=2, k=2, n_jobs=1).fit(graphs).distances_
+    assert w[0, 1] == 0.0 and w[2, 3] == 0.0 and w[0, 2] > 0

@@ -31,6 +31,27 @@ def test_node_a_paths_at_d1_k0():
     assert sorted(features2[A].data.tolist()) == [1.0, 1.0, 1.0, 2.0]
 
 
+def test_node_a_paths_at_d1_k0_by_representation():
+    """Which representation carries which weight: graphs whose node 0 has only (4), then
+    (4) and (4,3), then (4) and (4,1) name the columns of (4), (4,3) and (4,1) in a
+    vocabulary shared with G1; node A of G1 has (4,3) twice (via C and E), the others once."""
+    alone = make_data(1, [], [4])
+    to_3, to_1 = make_data(2, [(0, 1)], [4, 3]), make_data(2, [(0, 1)], [4, 1])
+    graph_set = to_graph_set([G1, alone, to_3, to_1])
+    features = node_feature_maps(graph_set, tree_ids(graph_set, 0, Vocabulary()), 1, "all", Vocabulary()).tocsr()
+    first = graph_set.ptr[1:4]  # node 0 of each small graph
+
+    def columns(row):
+        return set(features[row].indices.tolist())
+
+    (col_4,) = columns(first[0])
+    (col_43,) = columns(first[1]) - {col_4}
+    (col_41,) = columns(first[2]) - {col_4}
+    row_a = features[A].toarray().ravel()
+    assert columns(A) == {col_4, col_43, col_41}
+    assert (row_a[col_4], row_a[col_43], row_a[col_41]) == (1.0, 2.0, 1.0)
+
+
 def test_depth2_trees_fall_into_eleven_classes():
     trees = _trees(2)
     assert len(np.unique(trees[:, 2])) == 11
