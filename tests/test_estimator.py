@@ -251,15 +251,22 @@ def test_paper_grids_are_the_spec_grids():
     assert PAPER_CS == pytest.approx((1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0), rel=1e-12)
 
 
+def _svc_accuracy_by_hand(k_fit, y_fit, k_test, y_test, C):
+    """``SVC(kernel="precomputed")`` fitted on one kernel block, scored on the test rows'."""
+    from sklearn.svm import SVC
+
+    svc = SVC(kernel="precomputed", C=C).fit(k_fit, y_fit)
+    return float(np.mean(svc.predict(k_test) == y_test))
+
+
 def _nested_by_hand(w, y, lams, Cs, seeds, n_outer, n_inner):
     """SPEC section 5 written out loop by loop: shuffled, seeded outer and inner stratified
     folds; (d, k), then lam, then C, the first best mean inner accuracy wins."""
     from sklearn.model_selection import StratifiedKFold
-    from sklearn.svm import SVC
 
     def accuracy(k, fit_rows, test_rows, labels, C):
-        svc = SVC(kernel="precomputed", C=C).fit(k[np.ix_(fit_rows, fit_rows)], labels[fit_rows])
-        return float(np.mean(svc.predict(k[np.ix_(test_rows, fit_rows)]) == labels[test_rows]))
+        k_fit, k_test = k[np.ix_(fit_rows, fit_rows)], k[np.ix_(test_rows, fit_rows)]
+        return _svc_accuracy_by_hand(k_fit, labels[fit_rows], k_test, labels[test_rows], C)
 
     folds, selected = [], []
     for seed in seeds:
@@ -317,7 +324,6 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
     (:func:`_spectral_map`), the inner folds slice the treated kernel, and the test rows take
     the same map. Returns fold accuracies, selections and the least eigenvalue met."""
     from sklearn.model_selection import StratifiedKFold
-    from sklearn.svm import SVC
 
     least = np.inf
 
@@ -329,10 +335,6 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
         least = min(least, values.min())
         return k_train @ projector, (k_test @ projector if map_test_rows else k_test)
 
-    def accuracy(k_fit, y_fit, k_test, y_test, C):
-        svc = SVC(kernel="precomputed", C=C).fit(k_fit, y_fit)
-        return float(np.mean(svc.predict(k_test) == y_test))
-
     np.random.seed(42)
     outer = StratifiedKFold(n_splits=10, shuffle=True)
     folds, selected = [], []
@@ -342,15 +344,14 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
         best, best_score = None, -1.0
         for lam in lams:
             k_train, _ = treated(np.exp(-lam * w[np.ix_(train, train)]), np.zeros((0, len(train))))
+            blocks = [(k_train[np.ix_(a, a)], y_train[a], k_train[np.ix_(b, a)], y_train[b]) for a, b in inner]
             for C in Cs:
-                score = sum(
-                    accuracy(k_train[np.ix_(a, a)], y_train[a], k_train[np.ix_(b, a)], y_train[b], C) for a, b in inner
-                ) / len(inner)
+                score = sum(_svc_accuracy_by_hand(*block, C) for block in blocks) / len(inner)
                 if score > best_score:
                     best, best_score = (lam, C), score
         lam, C = best
         k_train, k_test = treated(np.exp(-lam * w[np.ix_(train, train)]), np.exp(-lam * w[np.ix_(test, train)]))
-        folds.append(100.0 * accuracy(k_train, y_train, k_test, y[test], C))
+        folds.append(100.0 * _svc_accuracy_by_hand(k_train, y_train, k_test, y[test], C))
         selected.append({"lam": lam, "C": C})
     return folds, selected, least
 
