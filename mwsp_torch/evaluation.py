@@ -174,7 +174,8 @@ def _is_seed(seed) -> bool:
 
 
 def _check_distances(distances, n: int, name: str) -> np.ndarray:
-    """W as a numpy array, refused unless ``[n, n]``, real, finite, >= 0 and symmetric.
+    """W as a numpy array, refused unless ``[n, n]``, real, finite, >= 0, symmetric and zero
+    on the diagonal (to ``DISTANCE_SYMMETRY_TOL`` of its largest entry).
 
     Every entry is checked here, once: the fold slices never look at the pairs inside
     one test fold, and an asymmetric W gives an SVM nonsense to fit (and fits slowly).
@@ -197,6 +198,13 @@ def _check_distances(distances, n: int, name: str) -> np.ndarray:
             raise ValueError(f"{name} must be finite and >= 0, got {float(rows[i, j])} at W[{start + i}, {j}]")
         largest = max(largest, float(rows.max(initial=0.0)))
     tol = DISTANCE_SYMMETRY_TOL * largest
+    diagonal = np.asarray(np.diagonal(w), dtype=np.float64)
+    if n and diagonal.max() > tol:
+        i = int(np.argmax(diagonal))
+        raise ValueError(
+            f"{name} must be 0 on the diagonal (a graph's distance to itself), got W[{i}, {i}] = {float(w[i, i])!r}; "
+            "pass distances W, not a kernel such as exp(-lam W): the protocols build the kernels themselves"
+        )
     for start in range(0, n, _CHECK_ROWS):
         rows = np.asarray(w[start : start + _CHECK_ROWS], dtype=np.float64)
         gap = np.abs(rows - np.asarray(w[:, start : start + _CHECK_ROWS], dtype=np.float64).T)
@@ -263,10 +271,12 @@ def paper_protocol(
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
 
     Args:
-        distances (np.ndarray): ``[n, n]`` W: finite, ``>= 0`` and symmetric.
+        distances (np.ndarray): ``[n, n]`` W: finite, ``>= 0``, symmetric, zero on the diagonal.
         y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
         lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
-        seed (int): the global numpy seed the script sets (default ``42``).
+        seed (int): the global numpy seed the script sets before drawing its folds
+            (default ``42``); numpy's global state is restored afterwards, so the caller's
+            own draws do not change.
         svm (str): ``"svc"`` or ``"krein"`` (default ``"svc"``).
         krein (str): ``"flip"`` or ``"clip"`` when ``svm="krein"`` (default ``"flip"``).
         n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
@@ -282,8 +292,9 @@ def paper_protocol(
 
     Raises:
         ValueError: naming the argument, for a ``y`` that is not 1-D (a column ``[n, 1]``
-            included) or has one class, a W that is not ``[len(y), len(y)]``, finite, ``>= 0``
-            and symmetric (to ``DISTANCE_SYMMETRY_TOL`` of its largest entry), an empty or
+            included) or has one class, a W that is not ``[len(y), len(y)]``, finite, ``>= 0``,
+            symmetric and zero on the diagonal (to ``DISTANCE_SYMMETRY_TOL`` of its largest
+            entry: a kernel in place of W is refused), an empty or
             non-positive grid, a seed that is not an integer, or too many folds.
     """
     y = _check_labels(y)
@@ -293,11 +304,18 @@ def paper_protocol(
     distances = _check_distances(distances, len(y), "distances")
     _check_folds(y, n_splits, "n_splits")
     kernels = _Kernels({None: distances}, svm, krein)
-    np.random.seed(seed)
-    outer = StratifiedKFold(n_splits=n_splits, shuffle=True)
-    inner = StratifiedKFold(n_splits=5, shuffle=False)
-    folds = [(train, test, inner) for train, test in outer.split(np.zeros(len(y)), y)]
-    scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "folds")
+    # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
+    # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
+    # global state is put back afterwards.
+    caller_state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        outer = StratifiedKFold(n_splits=n_splits, shuffle=True)
+        inner = StratifiedKFold(n_splits=5, shuffle=False)
+        folds = [(train, test, inner) for train, test in outer.split(np.zeros(len(y)), y)]
+        scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "folds")
+    finally:
+        np.random.set_state(caller_state)
     accuracies = [acc for acc, _ in scored]
     selected = [{"lam": lam, "C": C} for _, (_, lam, C) in scored]
     return {

@@ -142,6 +142,33 @@ def test_rounding_level_asymmetry_is_accepted_unchanged():
     assert paper(w=nearly)["fold_accuracies"] == paper()["fold_accuracies"]
 
 
+def test_a_kernel_in_place_of_w_is_refused():
+    kernel = np.exp(-W)  # symmetric, finite, >= 0: only its diagonal of ones gives it away
+    with pytest.raises(ValueError, match=r"distances must be 0 on the diagonal .* W\[0, 0\] = 1\.0; pass distances W"):
+        paper(w=kernel)
+    with pytest.raises(ValueError, match=r"distances\[\(2, 0\)\] must be 0 on the diagonal"):
+        nested({(1, 0): W, (2, 0): kernel})
+    one_entry = W.copy()
+    one_entry[7, 7] = 2e-9 * W.max()  # just past the tolerance, on one graph
+    with pytest.raises(ValueError, match=r"W\[7, 7\] = "):
+        paper(w=one_entry, lams=(1.0,), Cs=(1.0,))
+
+
+def test_rounding_level_diagonal_is_accepted_unchanged():
+    nearly = W + np.diag(np.full(len(W), 1e-13 * W.max()))
+    assert paper(w=nearly)["fold_accuracies"] == paper()["fold_accuracies"]
+
+
+def test_paper_protocol_puts_back_numpys_global_state():
+    np.random.seed(7)
+    expected = np.random.random_sample(3)
+    np.random.seed(7)
+    first = paper()
+    assert np.array_equal(np.random.random_sample(3), expected)
+    np.random.seed(8)  # whatever the caller's state, the folds are the seed's
+    assert paper()["fold_accuracies"] == first["fold_accuracies"]
+
+
 def test_torch_w_is_read_as_its_values():
     assert paper(w=torch.from_numpy(W))["fold_accuracies"] == paper()["fold_accuracies"]
 
