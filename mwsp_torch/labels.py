@@ -88,11 +88,25 @@ def graph_chunks(ptr: np.ndarray, chunk_nodes: int) -> list[tuple[int, int]]:
     return chunks
 
 
+#: torch's 8-bit float dtypes present in this torch (numpy has none of them).
+_FLOAT8 = tuple(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)
+
+
 def _as_numpy(value, what: str, index: int) -> np.ndarray:
     if _is_sparse(value):  # labels are read row by row; edges come here already as index pairs
         raise ValueError(f"graph {index}: {what} must be a dense tensor, got a sparse one; pass {what}.to_dense()")
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if value.dtype in (torch.bfloat16, *_FLOAT8):  # no numpy dtype; float32 holds every value exactly
+            value = value.to(torch.float32)
+        try:
+            return value.numpy()
+        except TypeError as err:  # dtypes numpy lacks (complex32, quantized, ...)
+            raise ValueError(f"graph {index}: {what} has dtype {value.dtype}, which MWSP cannot read ({err})") from None
     if isinstance(value, np.ndarray):
         return value
     raise ValueError(f"graph {index}: {what} must be a torch.Tensor or numpy array, got {type(value).__name__}")
@@ -233,6 +247,18 @@ def _is_one_hot(lab: np.ndarray) -> bool:
     return lab.ndim == 2 and lab.shape[1] >= 2 and bool(np.all((lab == 0) | (lab == 1)) and np.all(lab.sum(1) == 1))
 
 
+def _unlabelled_row(lab: np.ndarray) -> int | None:
+    """The first all-zero row of an ``x`` that is one-hot but for such rows (two or more
+    columns of 0/1, at most one 1 a row), else None. Read as multi-column rows, such an
+    ``x`` would silently make "no label" a label of its own."""
+    if lab.ndim != 2 or lab.shape[1] < 2 or not np.all((lab == 0) | (lab == 1)):
+        return None
+    sums = lab.sum(1)
+    if np.any(sums > 1) or np.all(sums == 1):
+        return None
+    return int(np.argmax(sums == 0))
+
+
 def _integral(lab: np.ndarray) -> bool:
     """Every value finite and a whole number (float labels MWSP can read as categories)."""
     return bool(np.all(np.isfinite(lab)) and np.all(lab == np.round(lab)))
@@ -244,6 +270,8 @@ def _beyond_int64(lab: np.ndarray):
     if lab.size == 0:
         return None
     if np.issubdtype(lab.dtype, np.floating):
+        if float(np.finfo(lab.dtype).max) < 2.0**63:  # float16: cannot get there (and 2**63 would overflow it)
+            return None
         beyond = np.abs(lab) >= 2.0**63
     elif np.issubdtype(lab.dtype, np.unsignedinteger) and lab.dtype.itemsize >= 8:
         beyond = lab > np.iinfo(np.int64).max
@@ -285,6 +313,8 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
         return None
     if scheme.source is not None and source != scheme.source:
         return None
+    if dtype.kind not in "biuf":  # complex, object, ...: the graph-by-graph path names the graph
+        return None
     lab = np.concatenate([a for a, _ in raw])
     if not np.issubdtype(dtype, np.integer):
         if source == "node_label" or not _integral(lab):
@@ -301,6 +331,8 @@ def _labels_at_once(raw: list, sizes: np.ndarray, scheme: LabelScheme) -> np.nda
     if source == "x" and one_hot_x is not False:
         all_one_hot = _is_one_hot(lab)  # equal widths: the concatenation is one-hot iff every graph is
         if one_hot_x is None:
+            if not all_one_hot and _unlabelled_row(lab) is not None:
+                return None  # refused graph by graph, naming the graph and the node
             one_hot_x = all_one_hot
         if one_hot_x and not all_one_hot:
             return None
@@ -322,6 +354,10 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
         raise ValueError(
             f"graph {index}: {source} has no columns (shape {list(lab.shape)}), so no node labels; "
             "choose labels='degree' or labels='uniform'"
+        )
+    if lab.dtype.kind not in "biuf":
+        raise ValueError(
+            f"graph {index}: {source} has dtype {lab.dtype}; node labels must be integers (or, in x, whole floats)"
         )
     if not np.issubdtype(lab.dtype, np.integer):
         if source == "node_label":
@@ -452,6 +488,15 @@ def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
     one_hot = {} if scheme.one_hot_x is False else {i: _is_one_hot(label_rows[i]) for i in from_x}
     if from_x and scheme.one_hot_x is None:
         scheme.one_hot_x = all(one_hot.values())
+        if not scheme.one_hot_x and all(one_hot[i] or _unlabelled_row(label_rows[i]) is not None for i in from_x):
+            i = next(i for i in from_x if not one_hot[i])
+            node = _unlabelled_row(label_rows[i])
+            raise ValueError(
+                f"graph {i}: node {node}'s row of x is all zeros (no label), and every row of x is one-hot "
+                "or all zeros; read as multi-column rows, no label would become a label of its own. "
+                "Give every node a label, or pass node_label (node_label=x.long() reads the rows as given), "
+                "or choose labels='degree' or labels='uniform'"
+            )
     if scheme.one_hot_x:
         for i in from_x:
             if not one_hot[i]:

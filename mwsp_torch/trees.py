@@ -175,13 +175,15 @@ class TreeIDs(BaseTransform):
         self.labels = labels
         self.vocab = Vocabulary()
         self.label_scheme = LabelScheme()
+        self.graphs_seen = 0  # names a refused graph: as pre_transform, its index in the dataset
 
     def forward(self, data):
         """Adds ``data.tree_ids``.
 
         Raises:
             RuntimeError: in a ``DataLoader`` worker process (see the class docstring).
-            ValueError: naming the graph, for a graph ``MWSP`` would refuse.
+            ValueError: for a graph ``MWSP`` would refuse, naming it by how many graphs this
+                transform saw before it (as a dataset's ``pre_transform``: its index).
         """
         worker = torch.utils.data.get_worker_info()
         if worker is not None:
@@ -191,7 +193,13 @@ class TreeIDs(BaseTransform):
                 "trees); run it in the main process: DataLoader(num_workers=0), the dataset's pre_transform, "
                 "or applied once to the list of graphs before the loader"
             )
-        graph_set = to_graph_set([data], labels=self.labels, scheme=self.label_scheme)
+        seen = getattr(self, "graphs_seen", 0)  # transforms pickled before the count read as fresh
+        self.graphs_seen = seen + 1
+        try:
+            graph_set = to_graph_set([data], labels=self.labels, scheme=self.label_scheme)
+        except ValueError as err:  # to_graph_set saw a list of one, so it says "graph 0"
+            message = str(err).removeprefix("graph 0: ")
+            raise ValueError(f"graph {seen} given to this TreeIDs (counting from 0): {message}") from None
         data.tree_ids = torch.from_numpy(tree_ids(graph_set, self.k, self.vocab))
         return data
 

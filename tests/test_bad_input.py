@@ -1,5 +1,7 @@
 """Bad input gets a ValueError that names the graph and the problem (SPEC section 1)."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -108,9 +110,58 @@ def test_transform_x_must_be_one_hot_when_fit_x_was():
 
 def test_tree_ids_transform_checks_label_width_across_graphs():
     transform = TreeIDs(k=1)
-    transform(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=torch.tensor([[3, 7], [5, 9]])))
-    with pytest.raises(ValueError, match="graph 0: labels have 1 columns"):
-        transform(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2, node_label=torch.tensor([1, 3])))
+    edge = torch.tensor([[0], [1]])
+    transform(Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([[3, 7], [5, 9]])))
+    transform(Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([[3, 7], [3, 7]])))
+    # The refused graph is named by its place among the graphs the transform saw
+    # (as a dataset's pre_transform: its index), not as "graph 0" of a list of one.
+    with pytest.raises(ValueError, match=r"^graph 2 given to this TreeIDs \(counting from 0\): labels have 1 columns"):
+        transform(Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([1, 3])))
+    with pytest.raises(ValueError, match=r"^graph 3 given to this TreeIDs \(counting from 0\): node_label has a neg"):
+        transform(Data(edge_index=edge, num_nodes=2, node_label=torch.tensor([[3, 7], [-1, 9]])))
+
+
+def test_one_hot_x_with_unlabelled_nodes_is_refused_not_read_as_rows():
+    edges = torch.tensor([[0, 1], [1, 2]])
+
+    def one_hot(labels):
+        return torch.nn.functional.one_hot(torch.tensor(labels), 3).float()
+
+    graphs = [Data(edge_index=edges, x=one_hot([0, 1, 2])), Data(edge_index=edges, x=one_hot([2, 2, 1]))]
+    graphs.append(Data(edge_index=edges, x=one_hot([1, 0, 1])))
+    graphs[2].x[1] = 0.0  # node 1 has no label
+    with pytest.raises(ValueError, match=r"graph 2: node 1's row of x is all zeros \(no label\)"):
+        fit(graphs)
+    with pytest.raises(ValueError, match=r"graph 0: node 0's row of x is all zeros"):
+        fit([Data(edge_index=edges, x=torch.zeros(3, 3)), Data(edge_index=edges, x=one_hot([0, 1, 2]))])
+    # Rows that are multi-hot somewhere are label rows, zero rows included, as node_label reads them.
+    graphs[1].x[0, 0] = 1.0
+    as_rows = [Data(edge_index=edges, node_label=g.x.long()) for g in graphs]
+    assert np.array_equal(fit(graphs).distances_, fit(as_rows).distances_)
+    assert fit(graphs).distances_[0, 2] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.bool])
+def test_x_in_any_real_dtype_reads_as_its_values_without_warnings(dtype):
+    edges = torch.tensor([[0, 1], [1, 2]])
+    labels = ([0, 1, 2], [1, 1, 2], [2, 0, 0])
+    graphs = [Data(edge_index=edges, x=torch.nn.functional.one_hot(torch.tensor(v), 3)) for v in labels]
+    expected = fit([Data(edge_index=g.edge_index, x=g.x.float()) for g in graphs]).distances_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # float16 once overflowed a cast of 2**63 in the int64 check
+        got = fit([Data(edge_index=g.edge_index, x=g.x.to(dtype)) for g in graphs]).distances_
+    assert np.array_equal(got, expected) and expected[0, 1] > 0
+
+
+@pytest.mark.parametrize("field", ["x", "node_label"])
+def test_complex_labels_are_refused_not_cast(field):
+    edges = torch.tensor([[0, 1], [1, 2]])
+    bad = Data(edge_index=edges, **{field: torch.tensor([0, 1, 0]) + 1j})  # astype(int64) would drop 1j
+    with pytest.raises(ValueError, match=rf"graph 1: {field} has dtype complex64; node labels must be integers"):
+        fit([GOOD, bad] if field == "node_label" else [Data(edge_index=edges, x=torch.eye(3)), bad])
+    # Every graph alike: the whole-dataset path, not graph by graph, sees them first.
+    with pytest.raises(ValueError, match=rf"graph 0: {field} has dtype complex64; node labels must be integers"):
+        fit([bad, bad])
 
 
 def test_bad_parameters():
