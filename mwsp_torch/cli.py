@@ -35,23 +35,36 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument("--dataset", default="CSL", help="TU dataset name, or CSL (generated, offline; default)")
     parser.add_argument("--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT)")
     parser.add_argument("--cache-dir", default=None, help="processed data and distance cache (default $MWSP_CACHE_DIR)")
-    parser.add_argument("--d", type=int, nargs=nargs, default=[2] if many else 2, help="max path length in edges")
-    parser.add_argument("--k", type=int, nargs=nargs, default=[0] if many else 0, help="deepest tree scale")
-    parser.add_argument("--paths", choices=("split", "all"), default="split")
-    parser.add_argument("--solver", choices=("exact", "sinkhorn"), default="exact")
-    parser.add_argument("--blur", type=float, default=0.01, help="Sinkhorn blur")
-    parser.add_argument("--scaling", type=float, default=0.99, help="Sinkhorn epsilon-scaling ratio, in (0, 1)")
+    several = " (one or more: a grid)" if many else ""
+    parser.add_argument(
+        "--d", type=int, nargs=nargs, default=[2] if many else 2, help=f"max path length in edges{several} (default 2)"
+    )
+    parser.add_argument(
+        "--k", type=int, nargs=nargs, default=[0] if many else 0, help=f"deepest tree scale{several} (default 0)"
+    )
+    parser.add_argument(
+        "--paths",
+        choices=("split", "all"),
+        default="split",
+        help="tied shortest paths: split (each endpoint has mass 1, split evenly; default) or all (each path 1)",
+    )
+    parser.add_argument("--solver", choices=("exact", "sinkhorn"), default="exact", help="default exact")
+    parser.add_argument("--blur", type=float, default=None, help="Sinkhorn blur (default 0.01)")
+    parser.add_argument(
+        "--scaling", type=float, default=None, help="Sinkhorn epsilon-scaling ratio, in (0, 1) (default 0.99)"
+    )
     parser.add_argument(
         "--sinkhorn-backend",
         choices=SINKHORN_BACKENDS,
-        default="auto",
+        default=None,
         help="auto (default), fused, triton (experimental, CUDA), tensorized or online",
     )
     parser.add_argument(
         "--labels",
         choices=("auto", "degree", "uniform"),
         default=None,
-        help="node label policy (default: the paper's for the dataset)",
+        help="node labels: auto (the dataset's node labels, node_label or one-hot x), degree or uniform "
+        "(default: the paper's choice for the dataset, auto where it has node labels)",
     )
     parser.add_argument(
         "--device", default="cpu", help="torch device (Sinkhorn, and the batched and thread exact engines)"
@@ -59,7 +72,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument(
         "--exact-engine",
         choices=EXACT_ENGINES,
-        default="compiled",
+        default=None,
         help="exact W from the compiled CPU engine (default), the torch batched simplex on --device, "
         "or one pair per CUDA thread on --device (thread; on --device cpu the same solver built for the CPU, "
         "slower than compiled)",
@@ -78,9 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="SVM accuracy under the paper's or the nested protocol")
     _common(ev, many=True)
-    ev.add_argument("--protocol", choices=("nested", "paper"), default="nested")
-    ev.add_argument("--svm", choices=("svc", "krein"), default="svc")
-    ev.add_argument("--krein", choices=("flip", "clip"), default="flip")
+    ev.add_argument(
+        "--protocol",
+        choices=("nested", "paper"),
+        default="nested",
+        help="nested (honest: d, k, lam, C selected inside the folds; default) or paper (the authors' script)",
+    )
+    ev.add_argument(
+        "--svm", choices=("svc", "krein"), default="svc", help="SVC on exp(-lam W) (default) or a Krein SVM"
+    )
+    ev.add_argument(
+        "--krein",
+        choices=("flip", "clip"),
+        default=None,
+        help="with --svm krein: flip (default) or clip the kernel's negative eigenvalues",
+    )
     ev.add_argument(
         "--seed", type=int, default=None, help="paper: numpy seed (default 42); nested: first seed (default 0)"
     )
@@ -90,11 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help="outer stratified folds (default 10; Cuneiform's smallest class allows 8)",
     )
-    ev.add_argument("--repeats", type=int, default=10, help="nested: repetitions with seeds seed..seed+repeats-1")
-    ev.add_argument("--json", default=None, help="write the results here")
+    ev.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="nested: repetitions with seeds seed..seed+repeats-1 (default 10)",
+    )
+    ev.add_argument("--json", default=None, help="also write the results here (JSON; the directory must exist)")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
     _common(dist, many=False)
-    dist.add_argument("--out", required=True, help="output path (.npy format, written to exactly this path)")
+    dist.add_argument(
+        "--out", required=True, help="output path (.npy format, written to exactly this path; the directory must exist)"
+    )
     return parser
 
 
@@ -181,9 +213,46 @@ def _evaluate(args) -> dict:
     return result
 
 
+#: Options that only one choice of another option reads, their defaults, and that choice:
+#: given with another choice they would be ignored, so they are refused instead.
+_DEPENDENT_OPTIONS = {
+    "blur": (0.01, "solver", "sinkhorn"),
+    "scaling": (0.99, "solver", "sinkhorn"),
+    "sinkhorn_backend": ("auto", "solver", "sinkhorn"),
+    "exact_engine": ("compiled", "solver", "exact"),
+    "repeats": (10, "protocol", "nested"),
+    "krein": ("flip", "svm", "krein"),
+}
+
+
+def _check_output(parser: argparse.ArgumentParser, flag: str, path: str | None) -> None:
+    """Refuse an output path that cannot be written before any work, not after it."""
+    if path is None:
+        return
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        parser.error(f"{flag} {path} is a directory; give a file path")
+    if not folder.is_dir():
+        parser.error(f"{flag} {path}: the directory {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        parser.error(f"{flag} {path}: not writable")
+
+
 def _check_args(parser: argparse.ArgumentParser, args) -> None:
     """What argparse's types cannot say, refused by the flag's name before any data is read
-    (``cached_distances`` checks the same parameters again, by the estimator's names)."""
+    (``cached_distances`` checks the same parameters again, by the estimator's names); then
+    the defaults of the options left out."""
+    for name, (default, owner, choice) in _DEPENDENT_OPTIONS.items():
+        if not hasattr(args, name):  # an option of the other command
+            continue
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif getattr(args, owner) != choice:
+            flag, owner_flag, chosen = "--" + name.replace("_", "-"), "--" + owner, getattr(args, owner)
+            parser.error(f"{flag} is read only with {owner_flag} {choice}, not with {owner_flag} {chosen}")
+    _check_output(parser, "--json", getattr(args, "json", None))
+    _check_output(parser, "--out", getattr(args, "out", None))
     if args.n_jobs < 1 and args.n_jobs != -1:
         parser.error(f"--n-jobs must be >= 1, or -1 for every core, got {args.n_jobs}")
     if not (np.isfinite(args.blur) and args.blur > 0):
@@ -220,14 +289,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache
         print(f"mwsp: error: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
     grid = result["grid"]
     print(
         f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {result['accuracy_std']:.2f} % "
         f"({result['protocol']} protocol, majority class {result['majority_rate']:.2f} %, "
         f"d in {grid['d']}, k in {grid['k']})"
     )
+    if args.json:
+        try:  # checked before the run; printed above, so a late failure loses no result
+            Path(args.json).write_text(json.dumps(result, indent=2))
+        except OSError as err:
+            print(f"mwsp: error: cannot write --json {args.json}: {err}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -205,13 +205,19 @@ def load_tudataset(
     """
     from torch_geometric.datasets import TUDataset
 
-    raw = resolve_root(root) / name / "raw"
+    data_root = resolve_root(root)
+    raw = data_root / name / "raw"
     required = [raw / f"{name}_A.txt", raw / f"{name}_graph_indicator.txt", raw / f"{name}_graph_labels.txt"]
     missing = [str(p) for p in required if not p.is_file()]
     if missing:
+        try:  # names are case-sensitive (files are NAME_*.txt): point at a near miss
+            near = sorted(p.name for p in data_root.iterdir() if p.is_dir() and p.name.lower() == name.lower())
+        except OSError:
+            near = []
+        hint = f"; did you mean {' or '.join(map(repr, near))}?" if near and name not in near else ""
         raise FileNotFoundError(
             f"dataset {name!r} not found and nothing is downloaded; expected the TU raw files "
-            f"{', '.join(missing)} (layout ROOT/{name}/raw/{name}_*.txt)"
+            f"{', '.join(missing)} (layout ROOT/{name}/raw/{name}_*.txt){hint}"
         )
     labels = _checked_raw_files(raw, name)
     cache_root = resolve_cache_dir(cache_dir) / "tudatasets" / _fingerprint(raw)

@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import mwsp_torch.cli as cli
 import mwsp_torch.estimator as estimator
 import mwsp_torch.transport as transport
 from mwsp_torch import MWSP, load_tudataset, paper_protocol
@@ -289,10 +291,20 @@ def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
     [
         (["--repeats", "0"], "--repeats must be >= 1, got 0"),
         (["--n-jobs", "0"], "--n-jobs must be >= 1, or -1 for every core, got 0"),
-        (["--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
+        (["--solver", "sinkhorn", "--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
         (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the exact solver"),
         (["--folds", "1"], "--folds must be >= 2, got 1"),
-        (["--scaling", "1.0"], "--scaling must be in (0, 1), got 1.0"),
+        (["--solver", "sinkhorn", "--scaling", "1.0"], "--scaling must be in (0, 1), got 1.0"),
+        # options that the other choice would ignore are refused, not dropped
+        (["--blur", "0.1"], "--blur is read only with --solver sinkhorn, not with --solver exact"),
+        (["--scaling", "0.5"], "--scaling is read only with --solver sinkhorn, not with --solver exact"),
+        (["--sinkhorn-backend", "fused"], "--sinkhorn-backend is read only with --solver sinkhorn"),
+        (["--solver", "sinkhorn", "--exact-engine", "thread"], "--exact-engine is read only with --solver exact"),
+        (["--protocol", "paper", "--repeats", "3"], "--repeats is read only with --protocol nested, not with"),
+        (["--krein", "clip"], "--krein is read only with --svm krein, not with --svm svc"),
+        # an output that cannot be written is refused before the run, not after it
+        (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: the directory /nonexistent does not exist"),
+        (["--json", "/"], "--json / is a directory; give a file path"),
         (["--d", "0", "2", "0"], "--d lists a value more than once: 0 2 0"),
         (["--k", "1", "1"], "--k lists a value more than once: 1 1"),
     ],
@@ -308,6 +320,7 @@ def test_cli_refuses_bad_arguments_before_reading_data(extra, message, capsys):
 # tile, so that the parent can kill it between some tiles and the next.
 _SLOW_CLI = """
 import functools, sys, time
+import mwsp_torch.cli as cli
 import mwsp_torch.estimator as estimator
 import mwsp_torch.transport as transport
 kernel = transport._pairs_kernel
@@ -366,9 +379,29 @@ def test_cli_distances_writes_exactly_the_out_path(data_root, cache_dir, tmp_pat
     assert np.load(out).shape == (188, 188)
 
 
-def test_cli_unwritable_out_is_an_error_not_a_traceback(data_root, cache_dir, tmp_path, capsys):
+def test_cli_unwritable_out_is_refused_before_the_run(data_root, cache_dir, tmp_path, capsys, monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("computed W for an output it cannot write")
+
+    monkeypatch.setattr(cli, "cached_distances", no_run)
     out = tmp_path / "w.npy"
     out.mkdir()  # a directory where the matrix should go
     argv = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir)]
-    assert main([*argv, "--d", "1", "--out", str(out), "--quiet"]) == 2
-    assert f"mwsp: error: [Errno 21] Is a directory: '{out}'" in capsys.readouterr().err
+    for target, message in [(out, "is a directory; give a file path"), (out / "no" / "w.npy", "does not exist")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--d", "1", "--out", str(target), "--quiet"])
+        assert exit_info.value.code == 2
+        assert f"mwsp: error: --out {target}" in (err := capsys.readouterr().err) and message in err
+
+
+def test_cli_json_that_fails_late_still_prints_the_result(data_root, cache_dir, tmp_path, capsys, monkeypatch):
+    def full_disk(self, text, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(cli.Path, "write_text", full_disk)  # passes the check before the run, fails after it
+    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir), "--quiet"]
+    code = main([*argv, "--d", "1", "--k", "0", "--protocol", "paper", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2 and f"mwsp: error: cannot write --json {out}: [Errno 28] No space left" in captured.err
+    assert re.search(r"^MUTAG: \d+\.\d\d \+- \d+\.\d\d % \(paper protocol", captured.out, re.M)

@@ -131,6 +131,15 @@ def load(root):
     return load_tudataset(NAME, root=root, cache_dir=root / "cache")
 
 
+def test_a_dataset_name_in_the_wrong_case_gets_a_suggestion(tmp_path):
+    write_tu(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"dataset 'fake' not found .*; did you mean 'FAKE'\?"):
+        load_tudataset("fake", root=tmp_path, cache_dir=tmp_path / "cache")
+    with pytest.raises(FileNotFoundError) as missing:  # no near miss, no suggestion
+        load_tudataset("OTHER", root=tmp_path, cache_dir=tmp_path / "cache")
+    assert "did you mean" not in str(missing.value)
+
+
 @pytest.mark.parametrize("end", ["\n", ""])
 def test_fake_dataset_loads(tmp_path, end):
     # Without a final newline, PyG's reader would drop each file's last line; the copy gets one.
