@@ -99,12 +99,15 @@ class MWSP(TransformerMixin, BaseEstimator):
             fitted tables.
         timings_ (dict): seconds spent in ``features`` and ``transport``, and how many
             distinct measures (graphs up to an equal node-row distribution) and pairs
-            the transport solved; with Sinkhorn, also ``sinkhorn_check`` (seconds) and
+            the transport solved; with Sinkhorn, also ``sinkhorn_check`` (seconds),
+            ``sinkhorn_check_pairs`` (how many pairs it solved exactly) and
             ``sinkhorn_error_``'s three figures.
         sinkhorn_error_ (dict or None): with ``solver="sinkhorn"``, the approximation
             measured on ``pairs`` random training pairs (seeded, so a refit measures the
             same ones): ``median_relative`` and ``max_relative`` error against exact W
-            (pairs with W > 0) and ``max_absolute``, with the ``blur`` and ``scaling``
+            (pairs with W > 0) and ``max_absolute``, the largest among those pairs, not a
+            bound over all pairs (40 MUTAG graphs: 4.6 % among 64 pairs, 8.0 % over all
+            780), with the ``blur`` and ``scaling``
             used; the same settings give the same error on ``transform``'s pairs only in
             distribution. ``None`` for the exact solver or ``sinkhorn_check=0``.
 
@@ -337,6 +340,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.sinkhorn_error_ = self._sinkhorn_error(distinct, pairs, values)
         if self.sinkhorn_error_ is not None:
             self.timings_["sinkhorn_check"] = time.perf_counter() - check
+            self.timings_["sinkhorn_check_pairs"] = self.sinkhorn_error_["pairs"]
             for name in ("median_relative", "max_relative", "max_absolute"):
                 self.timings_[f"sinkhorn_{name}_error"] = self.sinkhorn_error_[name]
         self.fitted_settings_ = self._feature_settings()
