@@ -4,7 +4,10 @@ Graphs are tiny synthetic ``Data``; TU datasets are fake ones written into ``tmp
 raw layout ``ROOT/NAME/raw/NAME_*.txt``.
 """
 
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,6 +132,102 @@ def write_tu(root, indicator=INDICATOR, graph_labels=GRAPH_LABELS, node_labels=N
 
 def load(root):
     return load_tudataset(NAME, root=root, cache_dir=root / "cache")
+
+
+def test_a_read_only_root_gives_a_writable_removable_copy(tmp_path):
+    raw = write_tu(tmp_path, end="")  # without final newlines: the copy gets them appended
+    for path in raw.iterdir():
+        path.chmod(0o444)
+    raw.chmod(0o555)
+    try:
+        graphs, _ = load(tmp_path)
+    finally:
+        raw.chmod(0o755)
+    assert [g.num_nodes for g in graphs] == [3, 2, 2]
+    copies = list((tmp_path / "cache").rglob(f"{NAME}_A.txt"))
+    assert len(copies) == 1
+    # Owner-writable (a non-root user could append the newlines and delete the cache);
+    # root ignores modes, so the modes themselves are checked.
+    for path in [copies[0].parent, *copies[0].parent.iterdir()]:
+        assert path.stat().st_mode & 0o200, path
+
+
+def test_a_raw_file_edited_in_place_is_read_again(tmp_path):
+    raw = write_tu(tmp_path)
+    assert load(tmp_path)[0][1].edge_index.tolist() == [[0, 1], [1, 0]]
+    edges = raw / f"{NAME}_A.txt"
+    stat = edges.stat()
+    text = edges.read_text()
+    assert "4, 5\n5, 4" in text
+    edges.write_text(text.replace("4, 5\n5, 4", "4, 4\n5, 5"))  # same size, then the same time
+    os.utime(edges, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert edges.stat().st_size == stat.st_size and edges.stat().st_mtime_ns == stat.st_mtime_ns
+    graphs, _ = load(tmp_path)
+    assert graphs[1].edge_index.tolist() != [[0, 1], [1, 0]]  # the edge 0-1 became two self-loops
+    assert MWSP(d=1, k=0).fit(graphs).distances_[1, 2] > 0  # graph 2 still has its edge
+
+
+def test_parallel_first_loads_share_one_copy(tmp_path):
+    write_tu(tmp_path)
+    script = (
+        "import sys; from mwsp_torch import load_tudataset; "
+        f"g, y = load_tudataset({NAME!r}, root=sys.argv[1], cache_dir=sys.argv[2]); "
+        "print([x.num_nodes for x in g], y.tolist())"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path), str(tmp_path / "cache")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        assert out.strip().splitlines()[-1] == "[3, 2, 2] [1, 0, 1]"
+    folders = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_dir()]
+    assert sorted(folders).count("raw") == 1 and not [f for f in folders if f.startswith("raw.tmp")]
+
+
+def test_the_copy_and_processing_run_under_the_lock(tmp_path, monkeypatch):
+    """Deterministic half of the test above: while the copy is made and while PyG processes it,
+    a second lock on the same file (another open file, as another process would hold) is refused."""
+    import fcntl
+
+    import torch_geometric.datasets
+
+    import mwsp_torch.datasets as datasets
+
+    write_tu(tmp_path)
+    held = []
+
+    def lock_is_held():
+        (lock,) = (tmp_path / "cache").rglob(".lock")
+        with open(lock, "a") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(other, fcntl.LOCK_UN)
+            return False
+
+    copyfile, process = datasets.shutil.copyfile, torch_geometric.datasets.TUDataset.process
+
+    def checked_copy(*args, **kwargs):
+        held.append(("copy", lock_is_held()))
+        return copyfile(*args, **kwargs)
+
+    def checked_process(self):
+        held.append(("process", lock_is_held()))
+        return process(self)
+
+    monkeypatch.setattr(datasets.shutil, "copyfile", checked_copy)
+    monkeypatch.setattr(torch_geometric.datasets.TUDataset, "process", checked_process)
+    load(tmp_path)
+    assert ("copy", True) in held and ("process", True) in held and all(ok for _, ok in held)
+    assert not lock_is_held()  # and released afterwards
 
 
 def test_a_dataset_name_in_the_wrong_case_gets_a_suggestion(tmp_path):
