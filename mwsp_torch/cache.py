@@ -3,7 +3,10 @@
 Distances use no class labels, so one matrix per ``(d, k)`` serves every
 protocol, ``lam`` and fold. The key covers everything that changes W: the
 setting, and the graphs' own content as W reads it (:func:`graphs_fingerprint`),
-so a dataset of the same name read from other files is never served another's W.
+so a dataset of the same name read from other files is never served another's W, and a
+format number (``CACHE_FORMAT``) raised whenever W's definition changes. A stored matrix
+is checked before it is served (float64 ``[n, n]``, finite, ``>= 0``, symmetric, zero
+diagonal); one that fails is named in a warning and computed again.
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ import json
 import os
 import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
 from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.estimator import MWSP
 from mwsp_torch.labels import to_graph_set
+
+#: Part of every key: raised whenever this library's W for a setting changes (a fix to the
+#: definition, a new default), so matrices of older versions are never served.
+CACHE_FORMAT = 1
 
 
 def cached_distances(
@@ -76,11 +84,14 @@ def cached_distances(
         progress=progress,
     )
     model._validate_params()  # a cache hit must not let bad parameters pass unseen
+    if not isinstance(dataset, str) or not dataset or Path(dataset).name != dataset or dataset in (".", ".."):
+        raise ValueError(f"dataset must be a plain name (it names the cache file), got {dataset!r}")
     # The setting is what the estimator itself holds W to (what transform may not change).
     key = json.dumps(
         {
             "dataset": dataset,
             "n": len(graphs),
+            "format": CACHE_FORMAT,
             **model._feature_settings(),
             "graphs": graphs_fingerprint(graphs, labels=labels),
         },
@@ -95,7 +106,9 @@ def cached_distances(
                 # The rest of the run's timings_ (pair counts, Sinkhorn's measured error).
                 rest = [name for name in stored.files if name not in ("distances", *timings)]
                 timings.update({name: stored[name].item() for name in rest})
-                return stored["distances"], {**timings, "cached": True}
+                distances = stored["distances"]
+            _check_stored(distances, len(graphs))
+            return distances, {**timings, "cached": True}
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             warnings.warn(f"cached distances {path} cannot be read ({err}); computing them again", stacklevel=2)
     model.fit(graphs)
@@ -104,6 +117,17 @@ def cached_distances(
     np.savez(tmp, distances=model.distances_, **model.timings_)
     os.replace(tmp, path)
     return model.distances_, {**model.timings_, "cached": False}
+
+
+def _check_stored(distances: np.ndarray, n: int) -> None:
+    """What every W this library writes is: ``[n, n]`` float64, finite, ``>= 0``, symmetric,
+    zero on the diagonal. A file that is not (damaged, or written by something else) raises."""
+    if distances.dtype != np.float64 or distances.shape != (n, n):
+        raise ValueError(f"holds a {distances.dtype} matrix of shape {distances.shape}, not ({n}, {n}) float64")
+    if not np.all(np.isfinite(distances)) or distances.min(initial=0.0) < 0:
+        raise ValueError("holds entries that are not finite and >= 0")
+    if not np.array_equal(distances, distances.T) or np.any(np.diagonal(distances) != 0):
+        raise ValueError("holds a matrix that is not symmetric with a zero diagonal")
 
 
 def graphs_fingerprint(graphs, labels: str = "auto") -> str:

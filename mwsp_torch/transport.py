@@ -652,34 +652,46 @@ class _TileStore:
             if pid.isdigit() and not _process_alive(int(pid)):
                 stale.unlink(missing_ok=True)
 
-    def _path(self, index: int) -> Path:
-        return self.directory / f"tile-{index:07d}.npy"
+    @staticmethod
+    def _checksum(values: np.ndarray) -> str:
+        return hashlib.sha1(np.ascontiguousarray(values).tobytes()).hexdigest()[:16]
+
+    def _path(self, index: int, values: np.ndarray) -> Path:
+        """``tile-INDEX-CHECKSUM.npy``: the name carries the SHA-1 of the values, so damage
+        that leaves a readable array (a flipped bit) is seen too."""
+        return self.directory / f"tile-{index:07d}-{self._checksum(values)}.npy"
 
     def load(self, index: int, out: np.ndarray) -> bool:
         """Tile ``index`` into ``out``; False (it is then recomputed and saved again) if it is
         missing, or damaged by something outside this code (saves are atomic), with a warning."""
-        path = self._path(index)
-        if not path.is_file():
-            return False
-        try:
-            values = np.load(path)
-        except (OSError, ValueError, EOFError) as err:
-            warnings.warn(f"checkpoint tile {path} cannot be read ({err}); recomputing it", stacklevel=3)
-            return False
-        if values.shape != out.shape or values.dtype != np.float64:
-            warnings.warn(
-                f"checkpoint tile {path} holds {values.dtype} {list(values.shape)}, not float64 "
-                f"{list(out.shape)}; recomputing it",
-                stacklevel=3,
-            )
-            return False
-        out[:] = values
-        return True
+        for path in sorted(self.directory.glob(f"tile-{index:07d}-*.npy")):
+            try:
+                values = np.load(path)
+            except (OSError, ValueError, EOFError) as err:
+                warnings.warn(f"checkpoint tile {path} cannot be read ({err}); recomputing it", stacklevel=3)
+                continue
+            if values.shape != out.shape or values.dtype != np.float64:
+                warnings.warn(
+                    f"checkpoint tile {path} holds {values.dtype} {list(values.shape)}, not float64 "
+                    f"{list(out.shape)}; recomputing it",
+                    stacklevel=3,
+                )
+                continue
+            if path.name != self._path(index, values).name:
+                warnings.warn(
+                    f"checkpoint tile {path} does not match its checksum (damaged); recomputing it", stacklevel=3
+                )
+                continue
+            out[:] = values
+            return True
+        return False
 
     def save(self, index: int, values: np.ndarray) -> None:
         tmp = self.directory / f".tile-{index:07d}.{os.getpid()}.npy"
         np.save(tmp, values)
-        os.replace(tmp, self._path(index))  # atomic: a killed run leaves no half tile
+        for damaged in self.directory.glob(f"tile-{index:07d}-*.npy"):  # refused by load
+            damaged.unlink(missing_ok=True)
+        os.replace(tmp, self._path(index, values))  # atomic: a killed run leaves no half tile
 
 
 def _process_alive(pid: int) -> bool:

@@ -267,6 +267,42 @@ def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
     assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
 
 
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (lambda w: w[:3, :3], r"shape \(3, 3\), not \(8, 8\)"),
+        (lambda w: w.astype(np.float32), "float32 matrix"),
+        (lambda w: np.where(np.eye(len(w), k=1, dtype=bool), np.nan, w), "not finite and >= 0"),
+        (lambda w: w + np.triu(np.full_like(w, 1e-3), 1), "not symmetric with a zero diagonal"),
+        (lambda w: w + np.eye(len(w)), "not symmetric with a zero diagonal"),
+    ],
+    ids=["shape", "dtype", "nan", "asymmetric", "diagonal"],
+)
+def test_a_readable_cache_file_with_wrong_contents_is_recomputed(mutag, tmp_path, content, problem):
+    graphs = mutag[0][:8]
+    first, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    np.savez(stored, distances=content(first), features=1.0, transport=1.0)  # valid npz, wrong W
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read .*{problem}"):
+        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+
+
+def test_the_cache_key_holds_the_format_and_the_name_stays_in_the_cache(mutag, tmp_path, monkeypatch):
+    import mwsp_torch.cache as cache
+
+    graphs = mutag[0][:6]
+    assert not cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
+    assert cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
+    monkeypatch.setattr(cache, "CACHE_FORMAT", cache.CACHE_FORMAT + 1)  # a release whose W differs
+    assert not cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
+    for name in ("../MUTAG", "a/b", "..", "", None):
+        with pytest.raises(ValueError, match="dataset must be a plain name"):
+            cached_distances(graphs, name, d=1, k=0, cache_dir=tmp_path / "inner")
+    assert not (tmp_path / "inner").exists()
+
+
 def test_sinkhorn_scaling_is_part_of_the_cache_key(mutag, tmp_path):
     graphs = mutag[0][:6]
     options = dict(d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", blur=0.05)

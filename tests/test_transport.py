@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1007,14 +1008,21 @@ def test_pair_queue_hands_out_each_index_once(total, takes):
 def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls):
     _, full, resume = _checkpointed(tmp_path, 2, 11, d=2, k=0)
     tiles = sorted(tmp_path.rglob("tile-*.npy"))
+    assert len(tiles) == 4 and all(re.fullmatch(r"tile-000000\d-[0-9a-f]{16}\.npy", t.name) for t in tiles)
     tiles[0].write_bytes(tiles[0].read_bytes()[:90])  # truncated by something outside the library
     np.save(tiles[1], np.zeros(3))  # another array under a tile's name
+    flipped = bytearray(tiles[2].read_bytes())
+    flipped[-3] ^= 0x40  # one bit of a value: still a readable float64 array of the right shape
+    tiles[2].write_bytes(bytes(flipped))
+    last = len(np.load(tiles[2]))
     kernel_calls.clear()
-    with pytest.warns(UserWarning, match="checkpoint tile .*tile-0000000.npy cannot be read") as record:
+    with pytest.warns(UserWarning, match=r"checkpoint tile .*tile-0000000-[0-9a-f]{16}\.npy cannot be read") as record:
         resumed = resume()
-    assert any("tile-0000001.npy holds float64 [3], not float64 [50]" in str(w.message) for w in record)
+    messages = [str(w.message) for w in record]
+    assert any(re.search(r"tile-0000001-\w+\.npy holds float64 \[3\], not float64 \[50\]", m) for m in messages)
+    assert any(re.search(r"tile-0000002-\w+\.npy does not match its checksum", m) for m in messages)
     np.testing.assert_array_equal(resumed, full)
-    assert kernel_calls == [50, 50]
+    assert kernel_calls == [50, 50, last]
     kernel_calls.clear()
     np.testing.assert_array_equal(resume(), full)
     assert kernel_calls == []  # both were saved again
