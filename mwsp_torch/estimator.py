@@ -214,8 +214,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         elif not torch.cuda.is_available():
             raise ValueError(f"device={self.device!r}, but torch sees no CUDA device here; use device='cpu'")
 
-    def _features(self, graphs, fitted: bool) -> tuple[SupportSet, sp.csr_matrix]:
-        """Supports of ``graphs``; during ``fit`` the vocabularies grow, after it they are frozen."""
+    def _features(self, graphs, fitted: bool, tables: dict | None = None) -> tuple[SupportSet, sp.csr_matrix]:
+        """Supports of ``graphs``; during ``fit`` the vocabularies grow (and are put in ``tables``
+        for ``fit`` to keep once all of it has succeeded), after it they are frozen."""
         numba_ready()
         if fitted:
             label_scheme = copy.deepcopy(self.label_scheme_)
@@ -242,12 +243,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             width = max(features.shape[1], self.rows_.shape[1])
             bank = sp.vstack([_widen(self.rows_, width), _widen(new_rows, width)], format="csr")
         else:
-            self.label_scheme_, self.tree_vocab_, self.path_vocab_, self.row_vocab_ = (
-                label_scheme,
-                tree_vocab,
-                path_vocab,
-                row_vocab,
-            )
+            if tables is not None:
+                tables.update(
+                    label_scheme_=label_scheme, tree_vocab_=tree_vocab, path_vocab_=path_vocab, row_vocab_=row_vocab
+                )
             _, first = np.unique(row_ids, return_index=True)
             bank = features[first]
         bank.sort_indices()
@@ -316,9 +315,10 @@ class MWSP(TransformerMixin, BaseEstimator):
         """
         self._validate_params()
         start = time.perf_counter()
-        support, self.features_ = self._features(graphs, fitted=False)
-        self.support_ = support
-        self.rows_ = support.rows
+        # Everything goes into locals first and becomes the model's at the end, so a fit that
+        # fails or is interrupted (Ctrl-C) leaves the previous fit whole, not half replaced.
+        fitted = {}
+        support, fitted["features_"] = self._features(graphs, fitted=False, tables=fitted)
         mid = time.perf_counter()
         # Graphs that are the same measure need one transport problem per pair of measures.
         representatives, inverse = support.distinct_measures()
@@ -329,21 +329,29 @@ class MWSP(TransformerMixin, BaseEstimator):
         distances = np.zeros((n, n), dtype=np.float64)
         distances[pairs[:, 0], pairs[:, 1]] = values
         distances[pairs[:, 1], pairs[:, 0]] = values
-        self.distances_ = distances[np.ix_(inverse, inverse)]
-        self.timings_ = {
+        timings = {
             "features": mid - start,
             "transport": time.perf_counter() - mid,
             "distinct_measures": n,
             "pairs": len(pairs),
         }
         check = time.perf_counter()
-        self.sinkhorn_error_ = self._sinkhorn_error(distinct, pairs, values)
-        if self.sinkhorn_error_ is not None:
-            self.timings_["sinkhorn_check"] = time.perf_counter() - check
-            self.timings_["sinkhorn_check_pairs"] = self.sinkhorn_error_["pairs"]
+        error = self._sinkhorn_error(distinct, pairs, values)
+        if error is not None:
+            timings["sinkhorn_check"] = time.perf_counter() - check
+            timings["sinkhorn_check_pairs"] = error["pairs"]
             for name in ("median_relative", "max_relative", "max_absolute"):
-                self.timings_[f"sinkhorn_{name}_error"] = self.sinkhorn_error_[name]
-        self.fitted_settings_ = self._feature_settings()
+                timings[f"sinkhorn_{name}_error"] = error[name]
+        fitted.update(
+            support_=support,
+            rows_=support.rows,
+            distances_=distances[np.ix_(inverse, inverse)],
+            timings_=timings,
+            sinkhorn_error_=error,
+            fitted_settings_=self._feature_settings(),
+        )
+        for name, value in fitted.items():
+            setattr(self, name, value)
         return self
 
     def kernel(self, distances: np.ndarray | None = None) -> np.ndarray:

@@ -476,3 +476,32 @@ def test_sinkhorn_backend_reaches_the_solver():
     fused = MWSP(sinkhorn_backend="fused", **options).fit(datas(TRAIN)).distances_
     geomloss = MWSP(sinkhorn_backend="tensorized", **options).fit(datas(TRAIN)).distances_
     np.testing.assert_allclose(geomloss, fused, rtol=1e-9, atol=1e-12)
+
+
+def test_an_interrupted_refit_leaves_the_previous_fit_whole(mutag, monkeypatch):
+    """Ctrl-C during a refit (here in the transport, after the new vocabularies are built)
+    must leave the old fit usable as it was, not new vocabularies beside the old W."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    graphs = mutag[0]
+    model = MWSP(d=1, k=0).fit(graphs[:10])
+    before = {name: value for name, value in vars(model).items() if name.endswith("_")}
+    expected = model.cross_distances(graphs[10:13])
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MWSP, "_distances", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(graphs[:40])
+    after = {name: value for name, value in vars(model).items() if name.endswith("_")}
+    assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
+    fresh = MWSP(d=1, k=0)
+    with pytest.raises(KeyboardInterrupt):
+        fresh.fit(graphs[:5])
+    with pytest.raises(NotFittedError):
+        check_is_fitted(fresh)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(model.cross_distances(graphs[10:13]), expected)
+    assert model.cross_distances(graphs[10:13]).shape == (3, 10)
