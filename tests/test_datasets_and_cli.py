@@ -370,7 +370,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel_calls):
+def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel_calls, capsys):
     """A CLI run killed (SIGKILL) between tiles, started again with the same --checkpoint,
     writes the matrix of an uninterrupted run and computes only the tiles it lacked."""
     tile = 300
@@ -398,11 +398,15 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel
     kernel_calls.clear()
     monkeypatch.setattr(estimator, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
     resumed_out = tmp_path / "resumed.npy"
+    capsys.readouterr()
     assert main(args(resumed_out, "cache")) == 0
     tiles = len(list(checkpoint.rglob("tile-*.npy")))
     assert kept < tiles and len(kernel_calls) == tiles - kept
+    # Its timings say how much was read rather than computed (the kept tiles are full ones).
+    assert json.loads(capsys.readouterr().out)["timings_seconds"]["pairs_from_checkpoint"] == kept * tile
     whole_out = tmp_path / "whole.npy"
     assert main(args(whole_out, "other-cache", with_checkpoint=False)) == 0
+    assert "pairs_from_checkpoint" not in json.loads(capsys.readouterr().out)["timings_seconds"]
     np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))
 
 
