@@ -95,6 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     for name in args.datasets:
         if load_raw(f"ablation-{name}") is not None and not args.force:
+            print(f"{name}: reusing results/raw/ablation-{name}.json (--force recomputes)", flush=True)
             continue
         raw = load_raw(f"accuracy-{name}")
         if raw is None:

@@ -45,6 +45,23 @@ from mwsp_torch import nested_protocol, paper_protocol
 def run_dataset(name: str, args) -> dict:
     raw = load_raw(f"accuracy-{name}")
     if raw is not None and not args.force:
+        # A stored run is reused only for the same request; another grid, repetitions or
+        # subset is refused rather than answered with the stored run's numbers.
+        stored = (
+            raw["grid_requested"]["d"],
+            raw["grid_requested"]["k"],
+            len(raw["nested"]["seeds"]),
+            raw.get("subset_size", 0),
+        )
+        asked = (list(args.d), list(args.k), args.repeats, args.subset)
+        if stored != asked:  # (a --subset not smaller than the dataset is stored as 0)
+            raise SystemExit(
+                f"{name}: results/raw/accuracy-{name}.json holds a run with d={stored[0]}, k={stored[1]}, "
+                f"{stored[2]} repetitions, subset {stored[3] or 'none'}; this asks for d={asked[0]}, k={asked[1]}, "
+                f"{asked[2]} repetitions, subset {asked[3] or 'none'}: add --force to run it "
+                "(and replace the stored one)"
+            )
+        print(f"{name}: reusing results/raw/accuracy-{name}.json (same grid; --force recomputes)", flush=True)
         return raw
     graphs, y, labels = load(name)
     graphs, y, name_key, subset = take_subset(name, graphs, y, args.subset)

@@ -86,6 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(parser, DATASETS)
     args = parser.parse_args()
+    unknown = [name for name in args.datasets if name not in DATASETS]
+    if unknown:  # they would otherwise be skipped without a word
+        parser.error(f"Fig. 5 covers {', '.join(DATASETS)}; not {', '.join(unknown)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in DATASETS:

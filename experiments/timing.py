@@ -23,6 +23,16 @@ from common import PAPER_SECONDS, RESULTS, TU_DATASETS, cached_distances, hardwa
 from mwsp_torch import MWSP
 
 
+def _whole_run(name: str, timings: dict) -> None:
+    """A cached W resumed from checkpoint tiles timed only the tiles it computed: refuse it."""
+    if timings.get("pairs_from_checkpoint", 0):
+        raise SystemExit(
+            f"{name}: the cached W was resumed from a checkpoint ({timings['pairs_from_checkpoint']} of "
+            f"{timings['pairs']} pairs read from tiles), so its stored time covers only the rest; "
+            "time it without --from-cache (or clear its cache entry)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(TU_DATASETS))
@@ -49,12 +59,14 @@ def main() -> None:
             full = len(graphs)
             graphs, _, key, _ = take_subset(name, graphs, y, int(subsets[name]))
             _, timings = cached_distances(graphs, key, 2, 0, labels=labels, n_jobs=args.n_jobs, progress=True)
+            _whole_run(name, timings)
             ratio = full * (full - 1) / (len(graphs) * (len(graphs) - 1))
             timings = {"features": timings["features"] * ratio, "transport": timings["transport"] * ratio}
             seconds = timings["features"] + timings["transport"]
             source = f"extrapolated x{ratio:.2f} (pairs) from a stratified subset of {len(graphs)} graphs"
         elif name in args.from_cache:
             _, timings = cached_distances(graphs, name, 2, 0, labels=labels, n_jobs=args.n_jobs, progress=True)
+            _whole_run(name, timings)
             seconds = timings["features"] + timings["transport"]
             source = "distance cache (computed during the accuracy runs)" if timings["cached"] else "this run"
         else:
