@@ -56,6 +56,9 @@ def krein_projector(train_kernel: np.ndarray, mode: str) -> np.ndarray:
     train_kernel = np.asarray(train_kernel, dtype=np.float64)
     if train_kernel.ndim != 2 or train_kernel.shape[0] != train_kernel.shape[1]:
         raise ValueError(f"train_kernel must be a square matrix, got shape {list(train_kernel.shape)}")
+    if not np.all(np.isfinite(train_kernel)):
+        i, j = np.argwhere(~np.isfinite(train_kernel))[0]
+        raise ValueError(f"train_kernel must be finite, got {train_kernel[i, j]} at K[{i}, {j}]")
     asymmetry = float(np.max(np.abs(train_kernel - train_kernel.T), initial=0.0))
     if not asymmetry <= SYMMETRY_TOL * max(float(np.max(np.abs(train_kernel), initial=0.0)), 1.0):
         raise ValueError(f"train_kernel must be symmetric, but K and K^T differ by up to {asymmetry:.3g}")

@@ -314,6 +314,9 @@ def test_kernels_of_impossible_distances_are_refused():
         laplacian_kernel(np.array([[0.0, np.nan], [1.0, 0.0]]), 1.0)
     with pytest.raises(ValueError, match="train_kernel must be symmetric, but K and K\\^T differ by up to 2"):
         krein_projector(np.array([[1.0, 2.0], [0.0, 1.0]]), "flip")
+    for bad in (np.nan, np.inf):  # named as such, not as an asymmetry of nan
+        with pytest.raises(ValueError, match=rf"train_kernel must be finite, got {bad} at K\[1, 0\]"):
+            krein_projector(np.array([[1.0, 0.5], [bad, 1.0]]), "clip")
     # Rounding-level asymmetry is still symmetrised.
     nearly = np.array([[1.0, 0.5], [0.5 + 1e-15, 1.0]])
     np.testing.assert_allclose(nearly @ krein_projector(nearly, "clip"), [[1.0, 0.5], [0.5, 1.0]], atol=1e-12)
