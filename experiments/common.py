@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -143,6 +144,17 @@ def hardware() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+
+
+def code_version() -> str:
+    """The checkout's commit (``-dirty`` with uncommitted changes), so a stored time names the code it timed."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=RESULTS.parent, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return done.stdout.strip()
 
 
 def load_raw(name: str) -> dict | None:
