@@ -147,14 +147,17 @@ def hardware() -> str:
 
 
 def code_version() -> str:
-    """The checkout's commit (``-dirty`` with uncommitted changes), so a stored time names the code it timed."""
+    """The checkout's commit, ``-dirty`` with uncommitted changes outside ``results/``
+    (which the experiments themselves write), so a stored time names the code it timed."""
     try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], cwd=RESULTS.parent, capture_output=True, text=True, check=True
-        )
+        run = {"cwd": RESULTS.parent, "capture_output": True, "text": True, "check": True}
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", ":(top)", ":(top,exclude)experiments/results"], **run
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return done.stdout.strip()
+    return commit + ("-dirty" if changed.strip() else "")
 
 
 def load_raw(name: str) -> dict | None:
