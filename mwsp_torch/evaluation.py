@@ -68,9 +68,18 @@ class _Kernels:
         self.svm, self.krein = svm, krein
         self.distances = distances
 
-    def train(self, key, lam: float, train: np.ndarray) -> np.ndarray:
-        """The training kernel alone (Krein-treated when asked), for the inner selection."""
-        return self.fold(key, lam, train, train[:0])[0]
+    def inner(self, key, lam: float, train: np.ndarray, splits: list):
+        """``(k_train, k_valid)`` for each inner split of the training fold ``train``, as
+        :meth:`fold` treats an outer fold: a Krein projector comes from the inner training
+        graphs alone, so the graphs a split validates on never shape the kernel it trains on.
+        Yielded one split at a time (``svc``: slices of one kernel, the same values)."""
+        if self.svm == "krein":
+            for inner_train, inner_valid in splits:
+                yield self.fold(key, lam, train[inner_train], train[inner_valid])
+            return
+        k_train = laplacian_kernel(self.distances[key][np.ix_(train, train)], lam)
+        for inner_train, inner_valid in splits:
+            yield k_train[np.ix_(inner_train, inner_train)], k_train[np.ix_(inner_valid, inner_train)]
 
     def fold(self, key, lam: float, train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = self.distances[key]
@@ -179,6 +188,8 @@ def _check_distances(distances, n: int, name: str) -> np.ndarray:
 
     Every entry is checked here, once: the fold slices never look at the pairs inside
     one test fold, and an asymmetric W gives an SVM nonsense to fit (and fits slowly).
+    A W asymmetric within the tolerance is returned as ``(W + W^T) / 2`` (a copy), so that
+    every kernel built from it is symmetric: the Krein treatment refuses any other.
     """
     w = _as_array(distances)
     if w.dtype.kind not in "iuf":
@@ -205,9 +216,11 @@ def _check_distances(distances, n: int, name: str) -> np.ndarray:
             f"{name} must be 0 on the diagonal (a graph's distance to itself), got W[{i}, {i}] = {float(w[i, i])!r}; "
             "pass distances W, not a kernel such as exp(-lam W): the protocols build the kernels themselves"
         )
+    symmetric = True
     for start in range(0, n, _CHECK_ROWS):
         rows = np.asarray(w[start : start + _CHECK_ROWS], dtype=np.float64)
         gap = np.abs(rows - np.asarray(w[:, start : start + _CHECK_ROWS], dtype=np.float64).T)
+        symmetric = symmetric and not gap.any()
         if gap.max(initial=0.0) > tol:
             i, j = np.unravel_index(int(np.argmax(gap)), gap.shape)
             i = start + i
@@ -215,6 +228,9 @@ def _check_distances(distances, n: int, name: str) -> np.ndarray:
                 f"{name} must be symmetric, but W[{i}, {j}] = {float(w[i, j])!r} and W[{j}, {i}] = {float(w[j, i])!r} "
                 f"(allowed: a difference of {DISTANCE_SYMMETRY_TOL:g} x max W = {tol:.3g})"
             )
+    if not symmetric:
+        w = np.asarray(w, dtype=np.float64)
+        w = (w + w.T) / 2
     return w
 
 
@@ -229,11 +245,8 @@ def _select(kernels: _Kernels, keys, lams, Cs, y: np.ndarray, train: np.ndarray,
     best, best_score = None, -1.0
     for key in keys:
         for lam in lams:
-            k_train = kernels.train(key, lam, train)
             scores = np.zeros(len(Cs))
-            for inner_train, inner_test in splits:
-                kt = k_train[np.ix_(inner_train, inner_train)]
-                kv = k_train[np.ix_(inner_test, inner_train)]
+            for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
                 for c, C in enumerate(Cs):
                     scores[c] += _svc_accuracy(kt, y[train][inner_train], kv, y[train][inner_test], C)
             scores /= len(splits)

@@ -320,9 +320,10 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
     """SPEC section 5's account of the authors' script, loop by loop: ``np.random.seed(42)``,
     shuffled ``StratifiedKFold(10)`` outer folds drawn from numpy's global state, an unshuffled
     ``StratifiedKFold(5)`` on each training fold, lam then C, the first best mean inner accuracy
-    wins; ``SVC(kernel="precomputed")``. With ``krein``, each outer training kernel is treated
-    (:func:`_spectral_map`), the inner folds slice the treated kernel, and the test rows take
-    the same map. Returns fold accuracies, selections and the least eigenvalue met."""
+    wins; ``SVC(kernel="precomputed")``. With ``krein``, every training kernel, an inner
+    split's as an outer fold's, is treated from its own graphs (:func:`_spectral_map`), and the
+    rows it is scored on take the same map. Returns fold accuracies, selections and the least
+    eigenvalue met."""
     from sklearn.model_selection import StratifiedKFold
 
     least = np.inf
@@ -343,8 +344,11 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
         inner = list(StratifiedKFold(n_splits=5, shuffle=False).split(np.zeros(len(train)), y_train))
         best, best_score = None, -1.0
         for lam in lams:
-            k_train, _ = treated(np.exp(-lam * w[np.ix_(train, train)]), np.zeros((0, len(train))))
-            blocks = [(k_train[np.ix_(a, a)], y_train[a], k_train[np.ix_(b, a)], y_train[b]) for a, b in inner]
+            k_whole = np.exp(-lam * w[np.ix_(train, train)])
+            blocks = []
+            for a, b in inner:
+                k_fit, k_valid = treated(k_whole[np.ix_(a, a)], k_whole[np.ix_(b, a)])
+                blocks.append((k_fit, y_train[a], k_valid, y_train[b]))
             for C in Cs:
                 score = sum(_svc_accuracy_by_hand(*block, C) for block in blocks) / len(inner)
                 if score > best_score:
@@ -397,6 +401,31 @@ def test_krein_fold_maps_test_rows_like_training_rows(mutag, mode):
     np.testing.assert_allclose(k_train, raw_train @ projector, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(k_test, raw_test @ projector, rtol=1e-10, atol=1e-12)
     assert np.abs(raw_test @ projector - raw_test).max() > 0.01
+
+
+@pytest.mark.parametrize("svm", ["svc", "krein"])
+def test_inner_split_kernels_ignore_the_graphs_they_validate_on(mutag, svm):
+    """An inner split is treated as an outer fold is: its training kernel (Krein's projector
+    included) comes from its training graphs alone, so distances among its validation graphs
+    cannot change it, and the validation rows take that split's own map."""
+    from mwsp_torch.evaluation import _Kernels
+
+    graphs, _ = mutag
+    w = MWSP(d=2, k=0).fit(graphs).distances_ ** 2  # exp(-lam W) itself is nearly PSD on MUTAG
+    train, lam = np.arange(150), 0.1
+    splits = [(np.arange(0, 150, 2), np.arange(1, 150, 2)), (np.arange(1, 150, 2), np.arange(0, 150, 2))]
+    moved = w.copy()
+    valid = train[splits[0][1]]
+    moved[np.ix_(valid, valid)] *= 3  # only distances among the first split's validation graphs
+    before = list(_Kernels({None: w}, svm, "flip").inner(None, lam, train, splits))
+    after = list(_Kernels({None: moved}, svm, "flip").inner(None, lam, train, splits))
+    np.testing.assert_array_equal(before[0][0], after[0][0])
+    np.testing.assert_array_equal(before[0][1], after[0][1])
+    assert np.abs(before[1][0] - after[1][0]).max() > 0.01  # the other split trains on those graphs
+    for (a, b), (k_fit, k_valid) in zip(splits, before, strict=True):
+        expected = _Kernels({None: w}, svm, "flip").fold(None, lam, train[a], train[b])
+        np.testing.assert_array_equal(k_fit, expected[0])
+        np.testing.assert_array_equal(k_valid, expected[1])
 
 
 def test_sinkhorn_fit_measures_its_error_against_exact(mutag):

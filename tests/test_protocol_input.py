@@ -142,6 +142,18 @@ def test_rounding_level_asymmetry_is_accepted_unchanged():
     assert paper(w=nearly)["fold_accuracies"] == paper()["fold_accuracies"]
 
 
+def test_accepted_asymmetry_is_averaged_away_for_both_svms():
+    """A W the check accepts (asymmetric by 5e-10 of max W) is used as ``(W + W^T) / 2``: the
+    Krein treatment, which refuses an asymmetric kernel, must not fail on it halfway through."""
+    rng = np.random.default_rng(3)
+    nearly = W + np.triu(rng.random(W.shape), 1) * W.max() * 5e-10
+    averaged = (nearly + nearly.T) / 2
+    for svm in ("svc", "krein"):
+        grid = {"lams": (10.0,), "Cs": (1.0,), "svm": svm}
+        assert paper(w=nearly, **grid) == paper(w=averaged, **grid)
+        assert nested({(1, 0): nearly, (2, 0): W2}, **grid) == nested({(1, 0): averaged, (2, 0): W2}, **grid)
+
+
 def test_a_kernel_in_place_of_w_is_refused():
     kernel = np.exp(-W)  # symmetric, finite, >= 0: only its diagonal of ones gives it away
     with pytest.raises(ValueError, match=r"distances must be 0 on the diagonal .* W\[0, 0\] = 1\.0; pass distances W"):
