@@ -26,8 +26,18 @@ import numpy as np
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import default_labels, load_dataset
 from mwsp_torch.estimator import EXACT_ENGINES
-from mwsp_torch.evaluation import nested_protocol, paper_protocol
+from mwsp_torch.evaluation import (
+    SEED_RANGE,
+    _check_folds,
+    _check_inner_folds,
+    _check_labels,
+    nested_protocol,
+    paper_protocol,
+)
 from mwsp_torch.transport import SINKHORN_BACKENDS
+
+#: Inner folds of the nested protocol (``nested_protocol``'s default).
+NESTED_INNER_FOLDS = 5
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -153,6 +163,11 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
 
 def _evaluate(args) -> dict:
     graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
+    # What the protocol would refuse only after every W is computed, refused before any.
+    y = _check_labels(y)
+    _check_folds(y, args.folds, "n_splits" if args.protocol == "paper" else "n_outer")
+    if args.protocol == "nested":
+        _check_inner_folds(y, args.folds, NESTED_INNER_FOLDS)
     labels = args.labels or default_labels(args.dataset)
     settings = [(d, k) for d in args.d for k in args.k]
     distances, timings = {}, {}
@@ -196,6 +211,7 @@ def _evaluate(args) -> dict:
             y,
             seeds=tuple(range(first, first + args.repeats)),
             n_outer=args.folds,
+            n_inner=NESTED_INNER_FOLDS,
             svm=args.svm,
             krein=args.krein,
             progress=progress,
@@ -266,9 +282,35 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
             parser.error(f"--repeats must be >= 1, got {args.repeats}")
         if args.folds < 2:
             parser.error(f"--folds must be >= 2, got {args.folds}")
+        if args.seed is not None:
+            last = args.seed + (args.repeats - 1 if args.protocol == "nested" else 0)
+            if args.seed < SEED_RANGE[0]:
+                parser.error(f"--seed must be >= {SEED_RANGE[0]}, got {args.seed}")
+            if last > SEED_RANGE[1]:
+                uses = f" with --repeats {args.repeats} uses seeds up to {last}," if last != args.seed else ""
+                parser.error(f"--seed {args.seed}{uses} past the largest seed numpy takes, 2**32 - 1")
         for flag, values in (("--d", args.d), ("--k", args.k)):
             if len(set(values)) != len(values):
                 parser.error(f"{flag} lists a value more than once: {' '.join(map(str, values))}")
+
+
+def _summary(result: dict) -> str:
+    """The one line printed: mean +- std, and over what the std is taken. The nested
+    protocol's std is over its repetitions' means; with one repetition that is 0 by
+    construction, so the line gives the std over that repetition's folds instead."""
+    folds = result["outer_folds"]
+    std, over = result["accuracy_std"], f"{folds} folds"
+    if result["protocol"] == "nested":
+        repeats = len(result["seeds"])
+        over = f"{repeats} repetitions' means"
+        if repeats == 1:
+            std, over = result["fold_accuracy_std"], f"the {folds} folds of one repetition"
+    grid = result["grid"]
+    return (
+        f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {std:.2f} % "
+        f"({result['protocol']} protocol, std over {over}, majority class {result['majority_rate']:.2f} %, "
+        f"d in {grid['d']}, k in {grid['k']})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,12 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache
         print(f"mwsp: error: {err}", file=sys.stderr)
         return 2
-    grid = result["grid"]
-    print(
-        f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {result['accuracy_std']:.2f} % "
-        f"({result['protocol']} protocol, majority class {result['majority_rate']:.2f} %, "
-        f"d in {grid['d']}, k in {grid['k']})"
-    )
+    print(_summary(result))
     if args.json:
         try:  # checked before the run; printed above, so a late failure loses no result
             Path(args.json).write_text(json.dumps(result, indent=2))

@@ -180,10 +180,24 @@ def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
     assert result["accuracy_mean"] >= 88.0 and result["accuracy_unit"] == "percent"
     assert result["protocol"] == "paper" and result["grid"]["d"] == [2] and result["grid"]["k"] == [0]
     assert "distances" in result["timings_seconds"]
-    assert "MUTAG:" in capsys.readouterr().out
+    line = f"MUTAG: {result['accuracy_mean']:.2f} +- {result['accuracy_std']:.2f} % (paper protocol, std over 10 folds,"
+    assert line in capsys.readouterr().out
 
 
-def test_cli_nested_grid_on_csl(cache_dir, tmp_path):
+def test_cli_folds_the_classes_cannot_fill_are_refused_before_any_distance(data_root, cache_dir, monkeypatch, capsys):
+    def computed(*args, **kwargs):
+        raise AssertionError("a distance matrix was computed before the folds were checked")
+
+    monkeypatch.setattr(cli, "_distances", computed)
+    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir), "--quiet"]
+    for protocol, name in (("nested", "n_outer"), ("paper", "n_splits")):
+        assert main([*argv, "--protocol", protocol, "--folds", "64"]) == 2
+        err = capsys.readouterr().err
+        assert f"mwsp: error: {name}=64 stratified folds need every class to have at least 64 graphs" in err
+        assert "the smallest class has 63: pass" in err and "(--folds 63 on the command line)" in err
+
+
+def test_cli_nested_grid_on_csl(cache_dir, tmp_path, capsys):
     out = tmp_path / "csl.json"
     code = main(
         [
@@ -208,6 +222,22 @@ def test_cli_nested_grid_on_csl(cache_dir, tmp_path):
     assert result["grid"]["settings"] == [[1, 0], [4, 0]]
     # d=1 sees only 4-regular stars (chance, 10 %); d=4 separates 9 of 10 classes (skips 6 and 16 tie).
     assert result["accuracy_mean"] >= 80.0
+    # One repetition: the std over repetitions is 0 by construction, so the line gives the folds'.
+    line = f"CSL: {result['accuracy_mean']:.2f} +- {result['fold_accuracy_std']:.2f} % (nested protocol, std over "
+    assert line + "the 10 folds of one repetition," in capsys.readouterr().out
+
+
+def test_cli_summary_says_what_its_std_is_over():
+    """The paper protocol's std is over folds; the nested one's over repetitions' means, and
+    with one repetition (where that is 0) over its folds."""
+    common = {"dataset": "X", "accuracy_mean": 80.0, "majority_rate": 50.0, "outer_folds": 10}
+    common["grid"] = {"d": [2], "k": [0]}
+    paper = {**common, "protocol": "paper", "accuracy_std": 4.5}
+    assert cli._summary(paper).startswith("X: 80.00 +- 4.50 % (paper protocol, std over 10 folds, majority class 50.00")
+    nested = {**common, "protocol": "nested", "accuracy_std": 1.25, "fold_accuracy_std": 3.75, "seeds": [0, 1, 2]}
+    assert cli._summary(nested).startswith("X: 80.00 +- 1.25 % (nested protocol, std over 3 repetitions' means,")
+    one = {**nested, "accuracy_std": 0.0, "seeds": [7]}
+    assert cli._summary(one).startswith("X: 80.00 +- 3.75 % (nested protocol, std over the 10 folds of one repetition,")
 
 
 def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
@@ -343,6 +373,10 @@ def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
         (["--json", "/"], "--json / is a directory; give a file path"),
         (["--d", "0", "2", "0"], "--d lists a value more than once: 0 2 0"),
         (["--k", "1", "1"], "--k lists a value more than once: 1 1"),
+        # seeds numpy cannot take, refused before any distance is computed
+        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["--protocol", "paper", "--seed", "4294967296"], "--seed 4294967296 past the largest seed numpy takes"),
+        (["--seed", "4294967295", "--repeats", "2"], "--seed 4294967295 with --repeats 2 uses seeds up to 4294967296,"),
     ],
 )
 def test_cli_refuses_bad_arguments_before_reading_data(extra, message, capsys):
