@@ -10,6 +10,7 @@ tables, so the fitted state never changes.
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 import numpy as np
@@ -202,6 +203,16 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {self.device!r}") from err
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or a CUDA device, got {self.device!r}")
+        if (
+            self.solver == "sinkhorn"
+            and self.sinkhorn_backend == "triton"
+            and device.type != "cuda"
+            and os.environ.get("TRITON_INTERPRET") != "1"
+        ):
+            raise ValueError(
+                f"sinkhorn_backend='triton' runs on a CUDA device, not device={self.device!r} "
+                "(or on the CPU under Triton's interpreter, TRITON_INTERPRET=1); use 'fused' on the CPU"
+            )
         if device.type != "cuda" or (self.solver == "exact" and self.exact_engine == "compiled"):
             return
         if self.solver == "exact" and self.exact_engine == "thread":

@@ -856,8 +856,11 @@ def sinkhorn_distances(
         dense = sub[:, columns].toarray()
         local = np.full(bank.shape[0], -1, dtype=np.int64)
         local[used] = np.arange(len(used))
-        x, a = _padded(sup_a, local, dense)
-        y, b = _padded(sup_b, local, dense)
+        # pykeops' reduction over a side of one point in a batch of several pairs fails
+        # inside geomloss (a view of the wrong shape), so online sides have two or more.
+        min_width = 2 if mode == "online" else 1
+        x, a = _padded(sup_a, local, dense, min_width)
+        y, b = _padded(sup_b, local, dense, min_width)
         if mode not in losses:
             losses[mode] = SamplesLoss(
                 "sinkhorn", p=1, blur=blur, diameter=diameter, scaling=scaling, debias=True, backend=mode
@@ -1105,8 +1108,10 @@ def _triton_sinkhorn(left, right, pairs, table, eps_list, progress, dtype):
         return out.to(torch.float64).cpu().numpy()
 
 
-def _padded(supports, local, dense):
-    width = max(len(s) for s, _ in supports)
+def _padded(supports, local, dense, min_width: int = 1):
+    """Dense points and weights of ``supports``, zero-weight zero points padding each to the
+    widest (at least ``min_width``); a zero-weight point leaves geomloss's value unchanged."""
+    width = max(min_width, *(len(s) for s, _ in supports))
     points = np.zeros((len(supports), width, dense.shape[1]), dtype=np.float64)
     weights = np.zeros((len(supports), width), dtype=np.float64)
     for r, (s, w) in enumerate(supports):
@@ -1313,6 +1318,7 @@ def thread_exact_distances(
     from mwsp_torch import _thread_simplex as ts
 
     bank = _table_bank(left, right, table_bytes, "thread")
+    device = str(device)  # a torch.device too, as the other engines take
     kind = device.split(":")[0]
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: expected 'cpu' or 'cuda[:N]'")

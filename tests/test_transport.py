@@ -387,6 +387,41 @@ def test_width_classes_and_merged_groups():
     assert len(_padding_batches(np.array([20, 300]), np.array([20, 20]), 64)) == 2
 
 
+def test_sinkhorn_online_takes_one_point_sides_in_a_batch():
+    """pykeops' reduction over a side of one point, in a batch of several pairs, failed inside
+    geomloss; such sides are now padded with a zero-weight point, which changes nothing."""
+    single = [make_data(1, [], [label]) for label in range(3)]  # one point a graph
+    pair = make_data(2, [(0, 1)], [3, 3])  # two nodes, one row: one point
+    wider = make_data(3, [(0, 1), (1, 2)], [0, 1, 2])  # three points against one
+    graphs = [*single, pair, wider]
+    options = dict(solver="sinkhorn", blur=0.05, scaling=0.9)
+    online = MWSP(sinkhorn_backend="online", **options).fit(graphs).distances_
+    tensorized = MWSP(sinkhorn_backend="tensorized", **options).fit(graphs).distances_
+    np.testing.assert_allclose(online, tensorized, rtol=0, atol=2e-4)  # KeOps' smoothing, as below
+    assert online[0, 1] > 0.1 and online[0, 4] > 0.1
+
+
+def test_triton_sinkhorn_off_cuda_is_refused_before_the_features(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+    def features(*args, **kwargs):
+        raise AssertionError("the features were computed before the backend was checked")
+
+    monkeypatch.setattr(MWSP, "_features", features)
+    graphs = [make_data(2, [(0, 1)], [0, 1]), make_data(2, [(0, 1)], [0, 0])]
+    with pytest.raises(ValueError, match=r"sinkhorn_backend='triton' runs on a CUDA device, not device='cpu'"):
+        MWSP(solver="sinkhorn", sinkhorn_backend="triton").fit(graphs)
+
+
+def test_thread_engine_takes_a_torch_device():
+    import torch
+
+    graphs = [make_data(3, [(0, 1), (1, 2)], [0, 1, 0]), make_data(2, [(0, 1)], [1, 1]), make_data(1, [], [2])]
+    compiled = MWSP().fit(graphs).distances_
+    thread = MWSP(exact_engine="thread", device=torch.device("cpu")).fit(graphs).distances_
+    np.testing.assert_allclose(thread, compiled, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_sinkhorn_online_equals_tensorized(device):
     from mwsp_torch.transport import sinkhorn_distances
