@@ -317,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
+    # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
+    # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet.
     os.environ.setdefault("KEOPS_VERBOSE", "0")
+    os.environ.setdefault("PYKEOPS_VERBOSE", "0")
     try:
         if args.command == "distances":
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 os.environ.setdefault("KEOPS_VERBOSE", "0")
+os.environ.setdefault("PYKEOPS_VERBOSE", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -227,6 +227,16 @@ def test_cli_nested_grid_on_csl(cache_dir, tmp_path, capsys):
     assert line + "the 10 folds of one repetition," in capsys.readouterr().out
 
 
+def test_cli_quiets_pykeops_on_its_stdout(monkeypatch, capsys, tmp_path):
+    """pykeops prints each compilation on stdout unless PYKEOPS_VERBOSE=0 is set before its
+    import (KEOPS_VERBOSE quiets keopscore only); the command sets both before any work."""
+    monkeypatch.delenv("PYKEOPS_VERBOSE", raising=False)
+    monkeypatch.delenv("KEOPS_VERBOSE", raising=False)
+    assert main(["distances", "--dataset", "MUTAG", "--root", "/nonexistent", "--out", str(tmp_path / "w.npy")]) == 2
+    assert os.environ.get("PYKEOPS_VERBOSE") == "0" and os.environ.get("KEOPS_VERBOSE") == "0"
+    capsys.readouterr()
+
+
 def test_cli_summary_says_what_its_std_is_over():
     """The paper protocol's std is over folds; the nested one's over repetitions' means, and
     with one repetition (where that is 0) over its folds."""
