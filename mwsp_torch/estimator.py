@@ -34,6 +34,7 @@ from mwsp_torch.transport import (
     checkpoint_directory,
     collapse,
     exact_distances,
+    sinkhorn_diameter,
     sinkhorn_distances,
     thread_exact_distances,
     upper_pairs,
@@ -280,6 +281,10 @@ class MWSP(TransformerMixin, BaseEstimator):
                 return exact_distances(
                     left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update, stats=stats
                 )
+            # The schedule starts from the training rows alone (``right`` is always the training
+            # side): in fit they are the whole bank, and a transform's values then do not depend
+            # on the other new graphs in its call.
+            training_rows = right.rows[np.unique(right.support)]
             return sinkhorn_distances(
                 left,
                 right,
@@ -289,6 +294,7 @@ class MWSP(TransformerMixin, BaseEstimator):
                 device=self.device,
                 backend=self.sinkhorn_backend,
                 progress=bar.update,
+                diameter=sinkhorn_diameter(training_rows, self.blur),
             )
 
     def _feature_settings(self) -> dict:
