@@ -40,6 +40,7 @@ from common import (
 )
 
 from mwsp_torch import nested_protocol, paper_protocol
+from mwsp_torch.evaluation import reported_std
 
 
 def run_dataset(name: str, args) -> dict:
@@ -132,17 +133,16 @@ def write_tables(rows_raw: list[dict]) -> None:
         dist_seconds = sum(raw["distance_seconds"].values())
         d, k = (int(v) for v in raw["paper"]["best"].split(","))
         res = raw["paper"]["result"]
+        std, over = reported_std(res)
         rows.append({"dataset": name, "protocol": "paper", "d": d, "k": k, "accuracy_mean": res["accuracy_mean"],
-                     "accuracy_std": res["accuracy_std"], "std_over": "folds",
+                     "accuracy_std": std, "std_over": over,
                      "grid": grid + "; (d,k) by test accuracy",
                      "seconds": dist_seconds + raw["paper"]["seconds"], "majority_rate": res["majority_rate"],
                      "repetitions": 1})  # fmt: skip
         nested = raw["nested"]
         picked = [(s["d"], s["k"]) for s in nested["selected"]]
         d_mode, k_mode = max(set(picked), key=picked.count)
-        # The std over repetitions' means is 0 by construction with one repetition: give its folds'.
-        one = len(nested["seeds"]) == 1
-        std, over = (nested["fold_accuracy_std"], "folds") if one else (nested["accuracy_std"], "repetitions")
+        std, over = reported_std(nested)  # one repetition: its folds' std (over repetitions it is 0)
         rows.append({"dataset": name, "protocol": "nested", "d": d_mode, "k": k_mode,
                      "accuracy_mean": nested["accuracy_mean"], "accuracy_std": std, "std_over": over,
                      "grid": grid + "; (d,k,lam,C) chosen per fold (d,k: most frequent)",

@@ -27,17 +27,16 @@ from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import default_labels, load_dataset
 from mwsp_torch.estimator import EXACT_ENGINES
 from mwsp_torch.evaluation import (
+    NESTED_INNER_FOLDS,
     SEED_RANGE,
     _check_folds,
     _check_inner_folds,
     _check_labels,
     nested_protocol,
     paper_protocol,
+    reported_std,
 )
 from mwsp_torch.transport import SINKHORN_BACKENDS
-
-#: Inner folds of the nested protocol (``nested_protocol``'s default).
-NESTED_INNER_FOLDS = 5
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -295,16 +294,15 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
 
 
 def _summary(result: dict) -> str:
-    """The one line printed: mean +- std, and over what the std is taken. The nested
-    protocol's std is over its repetitions' means; with one repetition that is 0 by
-    construction, so the line gives the std over that repetition's folds instead."""
+    """The one line printed: mean +- std, and what the std is over (:func:`reported_std`)."""
+    std, over = reported_std(result)
     folds = result["outer_folds"]
-    std, over = result["accuracy_std"], f"{folds} folds"
-    if result["protocol"] == "nested":
-        repeats = len(result["seeds"])
-        over = f"{repeats} repetitions' means"
-        if repeats == 1:
-            std, over = result["fold_accuracy_std"], f"the {folds} folds of one repetition"
+    if over == "repetitions":
+        over = f"{len(result['seeds'])} repetitions' means"
+    elif result["protocol"] == "nested":
+        over = f"the {folds} folds of one repetition"
+    else:
+        over = f"{folds} folds"
     grid = result["grid"]
     return (
         f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {std:.2f} % "

@@ -43,6 +43,8 @@ SVMS = ("svc", "krein")
 DISTANCE_SYMMETRY_TOL = 1e-9
 #: The seeds numpy's and scikit-learn's random states take.
 SEED_RANGE = (0, 2**32 - 1)
+#: The nested protocol's inner folds by default (the command line's too).
+NESTED_INNER_FOLDS = 5
 #: Rows of W checked at a time, so that the checks need no [n, n] temporaries.
 _CHECK_ROWS = 512
 
@@ -89,6 +91,18 @@ class _Kernels:
             projector = krein_projector(k_train, self.krein)
             k_train, k_test = k_train @ projector, k_test @ projector
         return k_train, k_test
+
+
+def reported_std(result: dict) -> tuple[float, str]:
+    """The std to give beside a protocol result's mean, and what it is over, ``"folds"`` or
+    ``"repetitions"``: the paper protocol's is over its folds; the nested one's over its
+    repetitions' means, but with one repetition that is 0 by construction, so then the
+    std over that repetition's folds (``fold_accuracy_std``)."""
+    if result["protocol"] != "nested":
+        return result["accuracy_std"], "folds"
+    if len(result["seeds"]) == 1:
+        return result["fold_accuracy_std"], "folds"
+    return result["accuracy_std"], "repetitions"
 
 
 def max_folds(y: np.ndarray) -> int:
@@ -353,7 +367,7 @@ def nested_protocol(
     Cs: Sequence[float] = PAPER_CS,
     seeds: Sequence[int] = tuple(range(10)),
     n_outer: int = 10,
-    n_inner: int = 5,
+    n_inner: int = NESTED_INNER_FOLDS,
     svm: str = "svc",
     krein: str = "flip",
     n_jobs: int = 1,
