@@ -10,8 +10,9 @@ Usage::
 
 ``--n-jobs`` defaults to the estimator's own default (-1, every core), so that run times
 ``MWSP(d=2, k=0, solver="exact").fit(graphs)`` as the issue writes it. ``--no-warmup``
-times the first fit of the process as well: numba then loads its compiled functions from
-its disk cache (or compiles them, on a first run after install).
+times the first fit of the process as well: it then loads the ahead-of-time compiled
+kernels (``mwsp_torch/_aot.py``; built by the first fit on a machine, so run once before
+timing), or with ``MWSP_KERNELS=jit`` numba's functions from numba's disk cache.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def main() -> None:
     graphs = graphs[: args.graphs]
     labels = default_labels(args.dataset)
     if not args.no_warmup:
-        MWSP(d=args.d, k=args.k, labels=labels).fit(graphs[:3])  # numba compile, not timed
+        MWSP(d=args.d, k=args.k, labels=labels).fit(graphs[:3])  # kernels loaded (or built), not timed
 
     start = time.perf_counter()
     model = MWSP(d=args.d, k=args.k, labels=labels, n_jobs=args.n_jobs).fit(graphs)

@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer, is_positive_number, is_real
 from mwsp_torch._interning import Vocabulary
-from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
@@ -230,7 +229,6 @@ class MWSP(TransformerMixin, BaseEstimator):
     def _features(self, graphs, fitted: bool, tables: dict | None = None) -> tuple[SupportSet, sp.csr_matrix]:
         """Supports of ``graphs``; during ``fit`` the vocabularies grow (and are put in ``tables``
         for ``fit`` to keep once all of it has succeeded), after it they are frozen."""
-        numba_ready()
         if fitted:
             label_scheme = copy.deepcopy(self.label_scheme_)
             tree_frozen, path_frozen = self.tree_vocab_, self.path_vocab_

@@ -31,8 +31,8 @@ import torch
 from numba import njit
 from torch_geometric.data import Batch, Data, HeteroData
 
+from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch._numba_setup import numba_ready
 
 LABEL_POLICIES = ("auto", "degree", "uniform")
 
@@ -517,8 +517,7 @@ def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:
 
 def intern_rows(rows: np.ndarray, vocab: Vocabulary) -> np.ndarray:
     """One categorical ID per distinct integer row, exact (a trie of pairs); grows ``vocab``."""
-    numba_ready()
-    out, vocab.table = _intern_rows(
+    out, vocab.table = _intern_rows_kernel(
         np.ascontiguousarray(rows, dtype=np.int64), Vocabulary().table, vocab.table, vocab.offset
     )
     return out
@@ -533,3 +532,6 @@ def _intern_rows(rows, frozen, fresh, offset):
             h, fresh = intern_pair(frozen, fresh, offset, h, rows[i, j])
         out[i] = h
     return out, fresh
+
+
+_intern_rows_kernel = _aot.Kernel("intern_rows", _intern_rows)

@@ -24,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.labels import CHUNK_NODES, GraphSet, graph_chunks
 
 PATH_MODES = ("split", "all")
@@ -210,6 +210,9 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     return cols, vals, nnz, fresh
 
 
+_path_features = _aot.Kernel("path_features", _path_features_kernel)
+
+
 def node_feature_maps(
     graph_set: GraphSet,
     tree_ids: np.ndarray,
@@ -237,7 +240,6 @@ def node_feature_maps(
     Returns:
         ``[num_nodes, vocab.size]`` CSR float64 matrix, columns sorted per row.
     """
-    numba_ready()
     if d < 0:
         raise ValueError(f"d must be >= 0, got {d}")
     if paths not in PATH_MODES:
@@ -250,7 +252,7 @@ def node_feature_maps(
     nnz = 0
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         lo, hi = int(graph_set.ptr[first]), int(graph_set.ptr[stop])
-        cols, vals, nnz, vocab.table = _path_features_kernel(
+        cols, vals, nnz, vocab.table = _path_features(
             graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
             vocab.offset, lo, hi, row_ptr, cols, vals, nnz,
         )  # fmt: skip

@@ -10,8 +10,9 @@ the two sorted rows and summing squared differences (no ``|a|^2 + |b|^2 - 2ab``
 cancellation, so near-identical rows keep their small distances accurate).
 
 ``solver="exact"`` runs a compiled transportation simplex
-(:mod:`mwsp_torch._simplex`, exact integer flows, float64 costs) inside a numba
-``prange`` loop over pairs, in tiles that can be checkpointed; mass on rows that
+(:mod:`mwsp_torch._simplex`, exact integer flows, float64 costs) over chunks of pairs,
+one call per thread of the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`), or
+numba's ``prange`` loop on the JIT path, in tiles that can be checkpointed; mass on rows that
 both graphs carry is cancelled first (exact for W1 with a metric cost). POT's
 network simplex (:func:`pot_distances`) is the reference it is tested against.
 
@@ -45,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from mwsp_torch import _aot
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._numba_setup import numba_ready
@@ -152,6 +154,9 @@ def _intern_sparse_rows(indptr, indices, data, chain_frozen, chain_fresh, chain_
     return out, chain_fresh, fresh
 
 
+_intern_sparse_rows_kernel = _aot.Kernel("intern_sparse_rows", _intern_sparse_rows)
+
+
 class RowVocabulary:
     """Dense IDs ``0, 1, ...`` for distinct sparse rows, exact bitwise equality.
 
@@ -175,7 +180,7 @@ class RowVocabulary:
         chain_frozen = self.frozen.chain.table if self.frozen else empty
         rows_frozen = self.frozen.rows.table if self.frozen else empty
         data = np.ascontiguousarray(features.data, dtype=np.float64) + 0.0  # -0.0 becomes 0.0
-        out, self.chain.table, self.rows.table = _intern_sparse_rows(
+        out, self.chain.table, self.rows.table = _intern_sparse_rows_kernel(
             features.indptr.astype(np.int64),
             features.indices.astype(np.int64),
             data,
@@ -462,18 +467,46 @@ def _pairs_kernel(
     its own zeroed buffers: ``dense_columns`` values for scattered costs, ``head_columns``
     list heads for inverted lists (both 0 without: a table, or merged rows). Chunk ``c``
     takes blocks ``c, c + num_chunks, ...`` of ``PAIR_BLOCK`` pairs (see there)."""
+    num_chunks = (pairs.shape[0] + PAIR_CHUNK - 1) // PAIR_CHUNK
+    for c in prange(num_chunks):
+        _pairs_chunk(
+            pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
+            dense_columns, head_columns, out, c,
+        )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _pairs_chunks(
+    pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
+    dense_columns, head_columns, out, first, step,
+):  # fmt: skip
+    """Chunks ``first, first + step, ...`` of :func:`_pairs_kernel`, in this thread: the
+    ahead-of-time compiled engine (:mod:`mwsp_torch._aot`) runs one call per thread."""
+    num_chunks = (pairs.shape[0] + PAIR_CHUNK - 1) // PAIR_CHUNK
+    for c in range(first, num_chunks, step):
+        _pairs_chunk(
+            pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
+            dense_columns, head_columns, out, c,
+        )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _pairs_chunk(
+    pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
+    dense_columns, head_columns, out, c,
+):  # fmt: skip
+    """Chunk ``c`` of :func:`_pairs_kernel`, with its own zeroed buffers."""
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
-    for c in prange(num_chunks):
-        dense = np.zeros(dense_columns, dtype=np.float64)
-        head = np.zeros(head_columns, dtype=np.int32)
-        for b in range(c, num_blocks, num_chunks):
-            for t in range(b * PAIR_BLOCK, min((b + 1) * PAIR_BLOCK, num_pairs)):
-                sa, ca, na, sb, cb, nb = _pair_supports(
-                    pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
-                )
-                out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head)
+    dense = np.zeros(dense_columns, dtype=np.float64)
+    head = np.zeros(head_columns, dtype=np.int32)
+    for b in range(c, num_blocks, num_chunks):
+        for t in range(b * PAIR_BLOCK, min((b + 1) * PAIR_BLOCK, num_pairs)):
+            sa, ca, na, sb, cb, nb = _pair_supports(
+                pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
+            )
+            out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head)
 
 
 @njit(cache=True)
@@ -486,6 +519,9 @@ def _row_squares(indptr, data):
             total += data[t] * data[t]
         out[a] = total
     return out
+
+
+_row_squares_kernel = _aot.Kernel("row_squares", _row_squares)
 
 
 @njit(cache=True, nogil=True)
@@ -504,14 +540,40 @@ def _row_distance_table(indptr, indices, data):
     num_rows = indptr.shape[0] - 1
     out = np.zeros((num_rows, num_rows), dtype=np.float64)
     for s in prange((num_rows + 1) // 2):
-        a = np.int64(s)
-        _table_row(indptr, indices, data, a, out)
-        if num_rows - 1 - a != a:
-            _table_row(indptr, indices, data, num_rows - 1 - a, out)
+        _table_rows_from_both_ends(indptr, indices, data, np.int64(s), out)
     for a in prange(num_rows):
-        for b in range(a):
-            out[a, b] = out[b, a]
+        _mirror_row(out, a)
     return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _table_rows_from_both_ends(indptr, indices, data, s, out):
+    """Rows ``s`` and ``num_rows - 1 - s`` of the table, right of the diagonal."""
+    num_rows = out.shape[0]
+    _table_row(indptr, indices, data, s, out)
+    if num_rows - 1 - s != s:
+        _table_row(indptr, indices, data, num_rows - 1 - s, out)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mirror_row(out, a):
+    for b in range(a):
+        out[a, b] = out[b, a]
+
+
+@njit(cache=True, nogil=True)
+def _table_part(indptr, indices, data, out, first, step):
+    """The ahead-of-time engine's share of :func:`_row_distance_table` for one thread: the
+    iterations ``first, first + step, ...`` of its first loop (``out`` zeroed by the caller)."""
+    for s in range(first, (out.shape[0] + 1) // 2, step):
+        _table_rows_from_both_ends(indptr, indices, data, s, out)
+
+
+@njit(cache=True, nogil=True)
+def _mirror_part(out, first, step):
+    """The second loop of :func:`_row_distance_table`, rows ``first, first + step, ...``."""
+    for a in range(first, out.shape[0], step):
+        _mirror_row(out, a)
 
 
 def _column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) -> str:
@@ -549,7 +611,7 @@ def exact_distances(
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
     Compiled end to end (:mod:`mwsp_torch._simplex`), pairs spread over ``n_jobs``
-    numba threads, in tiles of ``tile_size`` pairs.
+    threads (:class:`_ExactWorkers`), in tiles of ``tile_size`` pairs.
 
     Args:
         left (SupportSet): graphs of the first index.
@@ -581,7 +643,6 @@ def exact_distances(
     Returns:
         ``[m]`` float64 distances.
     """
-    numba_ready()
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
@@ -604,13 +665,14 @@ def exact_distances(
     use_table = costs == "table"
     dense_columns = num_columns if costs == "scattered" else 0
     head_columns = num_columns if costs == "lists" else 0
-    squares = _row_squares(indptr, data) if costs in ("lists", "scattered") else np.empty(0, dtype=np.float64)
+    squares = _row_squares_kernel(indptr, data) if costs in ("lists", "scattered") else np.empty(0, dtype=np.float64)
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     loaded = 0
-    with _numba_threads(n_jobs):
-        if table is None:
-            table = np.empty((0, 0), dtype=np.float64)
+    if table is None:
+        table = np.empty((0, 0), dtype=np.float64)
+    arrays = (pairs, *left.arrays(), *right.arrays(), indptr, indices, data, table, squares)
+    with _ExactWorkers(n_jobs, arrays) as workers:
         for index, lo in enumerate(range(0, len(pairs), tile_size)):
             hi = min(lo + tile_size, len(pairs))
             if store is not None and store.load(index, out[lo:hi]):
@@ -619,10 +681,10 @@ def exact_distances(
                     progress(hi - lo)
                 continue
             if use_table and table.shape[0] == 0:  # built once, and only if some tile needs it
-                table = _row_distance_table(indptr, indices, data)
-            _pairs_kernel(
-                pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, squares, dense_columns,
-                head_columns, out[lo:hi],
+                table = workers.table(indptr, indices, data)
+            _tile_kernel(
+                workers, pairs[lo:hi], *left.arrays(), *right.arrays(), indptr, indices, data, table, squares,
+                dense_columns, head_columns, out[lo:hi],
             )  # fmt: skip
             if store is not None:
                 store.save(index, out[lo:hi])
@@ -631,6 +693,58 @@ def exact_distances(
     if stats is not None and store is not None:
         stats["pairs_from_checkpoint"] = loaded
     return out
+
+
+class _ExactWorkers:
+    """The threads of :func:`exact_distances`: numba's, for its ``prange`` kernels, or a
+    thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`) once
+    per thread, over the same chunks (so both give the same values)."""
+
+    def __init__(self, n_jobs: int, arrays: tuple) -> None:
+        self.n_jobs = n_jobs
+        extension = _aot.module()
+        codes = " ".join(_aot.ENTRIES["pairs_chunks"][2].split()[:14])
+        self.extension = extension if extension is not None and _aot.conforms(codes, arrays) else None
+        self.count = resolve_n_jobs(n_jobs)
+        self._context = None
+        self._pool = None
+
+    def __enter__(self) -> _ExactWorkers:
+        if self.extension is None:
+            numba_ready()
+            self._context = _numba_threads(self.n_jobs)
+            self._context.__enter__()
+        else:
+            self._pool = ThreadPoolExecutor(max_workers=self.count, thread_name_prefix="mwsp-exact")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def each_thread(self, function, *args) -> None:
+        """``function(*args, t, count)`` for ``t = 0 .. count - 1``, one call per thread."""
+        for _ in self._pool.map(lambda t: function(*args, t, self.count), range(self.count)):
+            pass
+
+    def table(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """:func:`_row_distance_table`."""
+        if self.extension is None:
+            return _row_distance_table(indptr, indices, data)
+        out = np.zeros((len(indptr) - 1, len(indptr) - 1), dtype=np.float64)
+        self.each_thread(self.extension.table_part, indptr, indices, data, out)
+        self.each_thread(self.extension.mirror_part, out)
+        return out
+
+
+def _tile_kernel(workers: _ExactWorkers, *args) -> None:
+    """One tile of :func:`exact_distances` (arguments as :func:`_pairs_kernel`'s) on ``workers``."""
+    if workers.extension is None:
+        _pairs_kernel(*args)
+    else:
+        workers.each_thread(workers.extension.pairs_chunks, *args)
 
 
 def checkpoint_directory(directory) -> Path:

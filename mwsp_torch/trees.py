@@ -23,9 +23,9 @@ import torch
 from numba import njit
 from torch_geometric.transforms import BaseTransform
 
+from mwsp_torch import _aot
 from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.labels import CHUNK_NODES, LABEL_POLICIES, GraphSet, LabelScheme, graph_chunks, to_graph_set
 
 
@@ -104,6 +104,10 @@ def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first,
     return fresh
 
 
+_label_ids = _aot.Kernel("label_ids", _label_ids_kernel)
+_tree_ids = _aot.Kernel("tree_ids", _tree_ids_kernel)
+
+
 def tree_ids(
     graph_set: GraphSet,
     k: int,
@@ -128,14 +132,13 @@ def tree_ids(
     Returns:
         ``[num_nodes, k + 1]`` int64 array; equal IDs iff isomorphic trees.
     """
-    numba_ready()
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
-    out, vocab.table = _label_ids_kernel(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
+    out, vocab.table = _label_ids(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         if k > 0:
-            vocab.table = _tree_ids_kernel(
+            vocab.table = _tree_ids(
                 graph_set.ptr, graph_set.indptr, graph_set.indices, k, frozen_table, vocab.table, vocab.offset, out,
                 first, stop,
             )  # fmt: skip

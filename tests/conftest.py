@@ -33,6 +33,15 @@ def make_data(num_nodes, edges, labels) -> Data:
     return Data(edge_index=edge_index, num_nodes=num_nodes, node_label=torch.tensor(labels, dtype=torch.long))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """The ahead-of-time kernels, built (about a minute, once per machine and source) before
+    any test runs, so that no test, a property test with a deadline say, times the build."""
+    from mwsp_torch import _aot
+
+    return _aot.module()
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The TU raw files: $MWSP_DATA_ROOT (CI sets it to a scratch copy), else ../shared/tudatasets.
@@ -60,16 +69,17 @@ def mutag(data_root, cache_dir):
 
 @pytest.fixture
 def kernel_calls(monkeypatch) -> list[int]:
-    """The pair count of each tile the exact engine's compiled kernel computes from now on
-    (the kernel is wrapped for the test), to check what a resumed run recomputes."""
+    """The pair count of each tile the exact engine computes from now on (its tile kernel,
+    numba's or the ahead-of-time extension's, is wrapped for the test), to check what a
+    resumed run recomputes."""
     import mwsp_torch.transport as transport
 
     calls = []
-    kernel = transport._pairs_kernel
+    kernel = transport._tile_kernel
 
-    def counting(*args):
+    def counting(workers, *args):
         calls.append(len(args[0]))
-        return kernel(*args)
+        return kernel(workers, *args)
 
-    monkeypatch.setattr(transport, "_pairs_kernel", counting)
+    monkeypatch.setattr(transport, "_tile_kernel", counting)
     return calls

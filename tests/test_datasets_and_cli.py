@@ -403,11 +403,11 @@ import functools, sys, time
 import mwsp_torch.cli as cli
 import mwsp_torch.estimator as estimator
 import mwsp_torch.transport as transport
-kernel = transport._pairs_kernel
+kernel = transport._tile_kernel
 def slow(*args):
     kernel(*args)
     time.sleep(0.05)
-transport._pairs_kernel = slow
+transport._tile_kernel = slow
 estimator.exact_distances = functools.partial(transport.exact_distances, tile_size=TILE)
 from mwsp_torch.cli import main
 sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,277 @@
+"""The CPU kernels compiled ahead of time, so that a process's first fit does not wait for numba.
+
+Why: every numba function, even one loaded from numba's disk cache, makes the first call
+in a process pay numba's set-up (its typing and target registries: 0.13-0.16 s on this
+project's 2-core machine) and a load of each function's cached code (0.06 s for the five
+the exact fit calls). On the issue's check, 400 NCI1 graphs at d=2, k=0, that was a third
+of a process's first fit (0.62 s against 0.39 s once warm; ``benchmarks/HISTORY.md``).
+The same functions compiled once into an ordinary CPython extension load in about a
+millisecond and need none of numba at run time.
+
+How: numba's own ahead-of-time compiler (:mod:`numba.pycc`) compiles the very functions
+the JIT path runs (their ``py_func``), so there is one source of truth. ``numba.pycc`` is
+pending deprecation in numba, and the pinned range of numba keeps it; should it go, or
+should a build fail (it needs a C compiler), the kernels fall back to numba's JIT with a
+warning, and give the same values. The extension:
+
+- is built on first use, in a child process (``python -m mwsp_torch._aot``) that starts
+  from an empty numba cache (so no stale cached function is linked in), under a file
+  lock, into ``$MWSP_KERNEL_DIR`` (default: ``kernels/`` in the cache directory,
+  ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``); it takes about a minute, once;
+- is named by a hash of the kernels' sources, numba's, llvmlite's and Python's versions and
+  the host CPU (it is compiled for it), so an edit or another machine builds a new one;
+- releases the GIL in every entry point, so the parallel loops (numba ``prange`` in the
+  JIT path) run as one call per thread of a ``ThreadPoolExecutor``, over the same chunks.
+
+``MWSP_KERNELS=jit`` turns it off (numba's JIT only); ``MWSP_KERNELS=aot`` makes a failed
+build an error rather than a warning. Both paths are tested to give equal values
+(``tests/test_aot.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from importlib.machinery import ExtensionFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+from pathlib import Path
+
+import numpy as np
+
+KERNELS_ENV = "MWSP_KERNELS"
+KERNEL_DIR_ENV = "MWSP_KERNEL_DIR"
+MODES = ("auto", "aot", "jit")
+
+#: The modules whose numba functions the entry points compile; their sources name the build.
+SOURCE_MODULES = ("_aot", "_interning", "_simd", "_simplex", "labels", "paths", "transport", "trees")
+
+# Argument codes: C-contiguous, writeable arrays of a dtype and rank, or int64 / boolean scalars.
+_ARRAYS = {"i1": (np.int64, 1), "i2": (np.int64, 2), "f1": (np.float64, 1), "f2": (np.float64, 2)}
+_NUMBA_TYPES = {"i1": "int64[::1]", "i2": "int64[:, ::1]", "f1": "float64[::1]", "f2": "float64[:, ::1]"}
+_NUMBA_TYPES.update(i="int64", b="boolean")
+
+#: Entry points: name -> (module, numba function, argument codes, return type).
+ENTRIES = {
+    "label_ids": (
+        "trees", "_label_ids_kernel", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))",
+    ),
+    "tree_ids": (
+        "trees", "_tree_ids_kernel", "i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]",
+    ),
+    "path_features": (
+        "paths", "_path_features_kernel", "i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i",
+        "Tuple((int64[::1], float64[::1], int64, int64[::1]))",
+    ),
+    "intern_rows": (
+        "labels", "_intern_rows", "i2 i1 i1 i", "Tuple((int64[::1], int64[::1]))",
+    ),
+    "intern_sparse_rows": (
+        "transport", "_intern_sparse_rows", "i1 i1 f1 i1 i1 i i1 i1 i",
+        "Tuple((int64[::1], int64[::1], int64[::1]))",
+    ),
+    "row_squares": ("transport", "_row_squares", "i1 f1", "float64[::1]"),
+    "table_part": ("transport", "_table_part", "i1 i1 f1 f2 i i", "void"),
+    "mirror_part": ("transport", "_mirror_part", "f2 i i", "void"),
+    "pairs_chunks": (
+        "transport", "_pairs_chunks", "i2 i1 i1 i1 i1 i1 i1 i1 i1 i1 i1 f1 f2 f1 i i f1 i i", "void",
+    ),
+}  # fmt: skip
+
+_lock = threading.Lock()
+_state: dict = {"tried": False, "module": None}
+
+
+def mode() -> str:
+    """``$MWSP_KERNELS``: ``"auto"`` (default: compiled ahead of time, numba's JIT if that
+    fails, with a warning), ``"aot"`` (a failure is an error) or ``"jit"`` (never built)."""
+    value = os.environ.get(KERNELS_ENV, "auto")
+    if value not in MODES:
+        raise ValueError(f"{KERNELS_ENV}={value!r}: expected one of {MODES}")
+    return value
+
+
+def kernel_dir() -> Path:
+    """``$MWSP_KERNEL_DIR``, else ``kernels/`` in the cache directory."""
+    value = os.environ.get(KERNEL_DIR_ENV)
+    if value:
+        return Path(value).expanduser()
+    from mwsp_torch.datasets import resolve_cache_dir
+
+    return resolve_cache_dir(None) / "kernels"
+
+
+def build_key() -> str:
+    """What the extension is built from: the kernels' sources, the compilers' and Python's
+    versions, and the host CPU (its name and features)."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numba
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for name in SOURCE_MODULES:
+        digest.update((package / f"{name}.py").read_bytes())
+    for part in (numba.__version__, llvmlite.__version__, sys.version, sysconfig.get_platform()):
+        digest.update(part.encode())
+    digest.update(llvm.get_host_cpu_name().encode())
+    digest.update(llvm.get_host_cpu_features().flatten().encode())
+    return digest.hexdigest()[:16]
+
+
+def extension_path(key: str | None = None) -> Path:
+    """Where the extension for ``key`` (default: this checkout on this machine) lives."""
+    key = build_key() if key is None else key
+    return kernel_dir() / f"mwsp_kernels_{key}{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def module():
+    """The compiled extension, built first if need be; ``None`` where the JIT path is to run
+    (``MWSP_KERNELS=jit``, or a failed build in ``auto`` mode, which warns once a process)."""
+    if _state["tried"]:
+        return _state["module"]
+    with _lock:
+        if not _state["tried"]:
+            chosen = mode()
+            if chosen != "jit":
+                try:
+                    _state["module"] = _load(_built(extension_path()))
+                except Exception as err:
+                    if chosen == "aot":
+                        raise RuntimeError(f"the ahead-of-time kernels could not be built or loaded: {err}") from err
+                    warnings.warn(
+                        f"mwsp_torch: the ahead-of-time kernels could not be built or loaded ({err}); "
+                        "using numba's JIT, which gives the same values but makes each process's first call "
+                        f"slower (set {KERNELS_ENV}=jit to skip the attempt)",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+            _state["tried"] = True
+    return _state["module"]
+
+
+def _built(path: Path) -> Path:
+    """``path``, built first (in a child process, under a file lock) if it is not there."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "a") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: parallel first builds may both build; the rename is atomic
+            fcntl = None
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if not path.is_file():
+                print(
+                    f"mwsp_torch: compiling its CPU kernels once for this machine into {path.parent} (about a minute)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                # numba's disk cache is bypassed (an empty one): numba checks a cached function
+                # against its own file only, so one inlining an edited module would be stale.
+                with tempfile.TemporaryDirectory(dir=path.parent, prefix=".numba-") as numba_cache:
+                    done = subprocess.run(
+                        [sys.executable, "-m", "mwsp_torch._aot", str(path)],
+                        capture_output=True,
+                        text=True,
+                        env={**os.environ, KERNELS_ENV: "jit", "NUMBA_CACHE_DIR": numba_cache},
+                    )
+                if done.returncode != 0 or not path.is_file():
+                    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+                    raise RuntimeError(f"the build exited with status {done.returncode}: {' | '.join(tail)}")
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    return path
+
+
+def _load(path: Path):
+    name = path.name.split(".")[0]
+    loader = ExtensionFileLoader(name, str(path))
+    extension = module_from_spec(spec_from_loader(name, loader))
+    loader.exec_module(extension)
+    missing = sorted(set(ENTRIES) - set(dir(extension)))
+    if missing:
+        raise RuntimeError(f"{path} lacks the entry points {missing}")
+    return extension
+
+
+def conforms(codes: str, args: tuple) -> bool:
+    """Whether ``args`` are what the compiled entry point takes: each array C-contiguous,
+    writeable, of the signature's dtype and rank (anything else runs on the JIT path, which
+    takes any layout; the extension would refuse or misread it)."""
+    for code, arg in zip(codes.split(), args, strict=True):
+        spec = _ARRAYS.get(code)
+        if spec is None:
+            continue
+        if not (
+            isinstance(arg, np.ndarray)
+            and arg.dtype == spec[0]
+            and arg.ndim == spec[1]
+            and arg.flags.c_contiguous
+            and arg.flags.writeable
+        ):
+            return False
+    return True
+
+
+class Kernel:
+    """One entry point: the compiled extension's function where it is built and the
+    arguments conform, else the numba function (after numba's set-up)."""
+
+    def __init__(self, name: str, jit_function) -> None:
+        self.name = name
+        self.jit_function = jit_function
+        self.codes = ENTRIES[name][2]
+
+    def __call__(self, *args):
+        extension = module()
+        if extension is not None and conforms(self.codes, args):
+            return getattr(extension, self.name)(*args)
+        from mwsp_torch._numba_setup import numba_ready
+
+        numba_ready()
+        return self.jit_function(*args)
+
+
+def _build(path: Path) -> None:
+    """Compile every entry point into the extension ``path`` (run in a child process: it
+    changes numba's flags for the compilation)."""
+    import importlib
+
+    warnings.simplefilter("ignore")  # numba.pycc's pending deprecation
+    import numba.pycc.compiler as pycc_compiler
+    from numba.core.compiler import Flags
+    from numba.pycc import CC
+
+    class _GilFreeFlags(Flags):
+        """pycc's entry points keep the GIL by default; these release it (as ``nogil=True``)."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    pycc_compiler.Flags = _GilFreeFlags
+    name = path.name.split(".")[0]
+    cc = CC(name)
+    cc.target_cpu = "host"  # the key names the CPU
+    cc.verbose = False
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as scratch:
+        cc.output_dir = scratch
+        for entry, (module_name, function, codes, returns) in ENTRIES.items():
+            dispatcher = getattr(importlib.import_module(f"mwsp_torch.{module_name}"), function)
+            arguments = ", ".join(_NUMBA_TYPES[code] for code in codes.split())
+            cc.export(entry, f"{returns}({arguments})")(dispatcher.py_func)
+        cc.compile()
+        os.replace(Path(scratch) / cc.output_file, path)  # atomic: a killed build leaves no half file
+
+
+if __name__ == "__main__":
+    _build(Path(sys.argv[1]))

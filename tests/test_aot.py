@@ -1,0 +1,213 @@
+"""The ahead-of-time compiled kernels (:mod:`mwsp_torch._aot`) against numba's JIT path.
+
+CI sets ``MWSP_KERNELS=aot``, so there a failed build fails the run instead of falling back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mwsp_torch import MWSP, _aot, load_tudataset
+from mwsp_torch import transport as transport_module
+from mwsp_torch.transport import exact_distances
+
+
+class _Recording:
+    """The extension, with each call's entry point (and thread index and count, where it
+    takes them) recorded."""
+
+    THREADED = ("pairs_chunks", "table_part", "mirror_part")
+
+    def __init__(self, extension) -> None:
+        self.extension = extension
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        function = getattr(self.extension, name)
+
+        def call(*args):
+            self.calls.append((name, *args[-2:]) if name in self.THREADED else (name,))
+            return function(*args)
+
+        return call
+
+    def names(self) -> set[str]:
+        return {call[0] for call in self.calls}
+
+
+@pytest.fixture
+def extension():
+    built = _aot.module()
+    assert built is not None, "the ahead-of-time kernels are not built here (MWSP_KERNELS=jit?)"
+    return built
+
+
+@pytest.fixture
+def use(monkeypatch):
+    """``use(extension_or_None)``: the kernels this process takes from now on."""
+
+    def choose(module):
+        monkeypatch.setitem(_aot._state, "tried", True)
+        monkeypatch.setitem(_aot._state, "module", module)
+
+    return choose
+
+
+def _graphs(data_root, cache_dir, name, count):
+    graphs, _ = load_tudataset(name, root=data_root, cache_dir=cache_dir)
+    return graphs[:count]
+
+
+@pytest.mark.parametrize(
+    "name, count, d, k, paths",
+    [("NCI1", 120, 2, 0, "split"), ("ENZYMES", 60, 3, 1, "split"), ("PTC_MR", 60, 2, 2, "all")],
+)
+def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, use, name, count, d, k, paths):
+    graphs = _graphs(data_root, cache_dir, name, count)
+    recording = _Recording(extension)
+    use(recording)
+    compiled = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
+    expected = {"label_ids", "path_features", "intern_sparse_rows", "pairs_chunks", "table_part", "mirror_part"}
+    assert expected | ({"tree_ids"} if k > 0 else set()) <= recording.names()
+    # Each threaded entry point ran once per thread, each thread on its own share.
+    for name_ in ("pairs_chunks", "table_part", "mirror_part"):
+        shares = [call[1:] for call in recording.calls if call[0] == name_]
+        assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
+    use(None)
+    jit = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
+    np.testing.assert_array_equal(compiled.distances_, jit.distances_)
+    assert (compiled.features_ != jit.features_).nnz == 0
+    # transform too (frozen vocabularies, graphs outside the fit)
+    new = _graphs(data_root, cache_dir, name, count + 20)[count:]
+    use(recording)
+    out = compiled.transform(new)
+    use(None)
+    np.testing.assert_array_equal(out, jit.transform(new))
+
+
+@pytest.mark.parametrize("costs", ["table", "lists", "scattered", "merged"])
+def test_exact_distances_equal_the_jit_path_for_each_cost_method(data_root, cache_dir, extension, use, costs):
+    graphs = _graphs(data_root, cache_dir, "DD", 12)
+    support = MWSP(d=2, k=1).fit(graphs).support_
+    pairs = np.array([(i, j) for i in range(12) for j in range(i + 1, 12)], dtype=np.int64)
+    recording = _Recording(extension)
+    use(recording)
+    compiled = exact_distances(support, support, pairs, n_jobs=3, costs=costs, tile_size=25)
+    assert "pairs_chunks" in recording.names()
+    assert ("row_squares" in recording.names()) == (costs in ("lists", "scattered"))
+    use(None)
+    np.testing.assert_array_equal(compiled, exact_distances(support, support, pairs, n_jobs=3, costs=costs))
+
+
+def test_arguments_the_extension_cannot_take_run_on_the_jit_path(extension, use):
+    recording = _Recording(extension)
+    use(recording)
+    kernel = _aot.Kernel("row_squares", transport_module._row_squares)
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    data = np.array([3.0, 4.0, 2.0])
+    np.testing.assert_array_equal(kernel(indptr, data), [25.0, 4.0])
+    assert recording.names() == {"row_squares"}
+    readonly = data.copy()
+    readonly.setflags(write=False)
+    for other in (data.astype(np.float32), np.repeat(data, 2)[::2], readonly):
+        recording.calls.clear()
+        np.testing.assert_array_equal(kernel(indptr, other), [25.0, 4.0])
+        assert recording.calls == []
+
+
+def test_conforms():
+    good = np.zeros((2, 3), dtype=np.int64)
+    assert _aot.conforms("i2 i", (good, 5))
+    assert not _aot.conforms("i2 i", (good.astype(np.int32), 5))
+    assert not _aot.conforms("i2 i", (np.zeros((3, 2), dtype=np.int64).T, 5))
+    assert not _aot.conforms("i1 i", (good, 5))
+    readonly = good.copy()
+    readonly.setflags(write=False)
+    assert not _aot.conforms("i2 i", (readonly, 5))
+    with pytest.raises(ValueError):
+        _aot.conforms("i2 i", (good,))
+
+
+def test_mode_is_checked_and_jit_builds_nothing(monkeypatch):
+    monkeypatch.setenv(_aot.KERNELS_ENV, "fast")
+    with pytest.raises(ValueError, match="MWSP_KERNELS='fast'"):
+        _aot.mode()
+    monkeypatch.setenv(_aot.KERNELS_ENV, "jit")
+    monkeypatch.setitem(_aot._state, "tried", False)
+    monkeypatch.setitem(_aot._state, "module", None)
+    monkeypatch.setattr(_aot, "_built", lambda path: pytest.fail("built in jit mode"))
+    assert _aot.module() is None
+
+
+def test_a_failed_build_warns_and_falls_back_or_raises(monkeypatch, tmp_path):
+    def failing(args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="cc: not found\nerror: no compiler")
+
+    monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(_aot.subprocess, "run", failing)
+    for chosen in ("auto", "aot"):
+        monkeypatch.setenv(_aot.KERNELS_ENV, chosen)
+        monkeypatch.setitem(_aot._state, "tried", False)
+        monkeypatch.setitem(_aot._state, "module", None)
+        if chosen == "auto":
+            with pytest.warns(RuntimeWarning, match="status 1: cc: not found | error: no compiler"):
+                assert _aot.module() is None
+            assert _aot.module() is None  # decided once a process: no second attempt, no second warning
+        else:
+            with pytest.raises(RuntimeError, match="could not be built.*no compiler"):
+                _aot.module()
+
+
+def test_build_key_follows_every_source_module(tmp_path, monkeypatch):
+    package = Path(_aot.__file__).parent
+    for name in _aot.SOURCE_MODULES:
+        shutil.copy(package / f"{name}.py", tmp_path / f"{name}.py")
+    monkeypatch.setattr(_aot, "__file__", str(tmp_path / "_aot.py"))
+    first = _aot.build_key()
+    assert first == _aot.build_key()
+    for name in _aot.SOURCE_MODULES:
+        path = tmp_path / f"{name}.py"
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n")
+        assert _aot.build_key() != first, name
+        path.write_bytes(original)
+    assert _aot.build_key() == first
+
+
+def test_source_modules_are_every_module_with_numba_kernels():
+    # A module of numba CPU functions is either compiled into the extension (its source names
+    # the build) or deliberately outside it: numba's set-up itself. (The thread engine's
+    # kernels are made inside a function, for the CPU or CUDA, and stay on numba's JIT.)
+    package = Path(_aot.__file__).parent
+    with_numba = {path.stem for path in package.glob("*.py") if re.search(r"^@njit", path.read_text(), re.M)}
+    assert with_numba == (set(_aot.SOURCE_MODULES) - {"_aot"}) | {"_numba_setup"}
+    for module_name, function, _, _ in _aot.ENTRIES.values():
+        assert module_name in _aot.SOURCE_MODULES, function
+
+
+def test_a_fresh_process_fits_without_numba_dispatching(data_root, cache_dir, extension):
+    """The point of the extension: a process's first fit calls no numba function, so it pays
+    none of numba's set-up (``numba_ready`` never runs)."""
+    script = f"""
+import mwsp_torch._numba_setup as setup
+from mwsp_torch import MWSP, load_tudataset
+graphs, _ = load_tudataset("MUTAG", root={str(data_root)!r}, cache_dir={str(cache_dir)!r})
+MWSP(d=2, k=1).fit(graphs[:40])
+print("numba ready:", setup._ready)
+"""
+    env = {**os.environ, _aot.KERNEL_DIR_ENV: str(_aot.kernel_dir()), _aot.KERNELS_ENV: "aot"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "numba ready: False" in done.stdout
+    env[_aot.KERNELS_ENV] = "jit"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "numba ready: True" in done.stdout
