@@ -469,9 +469,9 @@ def _pairs_kernel(
     takes blocks ``c, c + num_chunks, ...`` of ``PAIR_BLOCK`` pairs (see there)."""
     num_chunks = (pairs.shape[0] + PAIR_CHUNK - 1) // PAIR_CHUNK
     for c in prange(num_chunks):
-        _pairs_chunk(
+        _pairs_chunks(
             pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
-            dense_columns, head_columns, out, c,
+            dense_columns, head_columns, out, c, num_chunks,
         )  # fmt: skip
 
 
@@ -480,33 +480,21 @@ def _pairs_chunks(
     pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
     dense_columns, head_columns, out, first, step,
 ):  # fmt: skip
-    """Chunks ``first, first + step, ...`` of :func:`_pairs_kernel`, in this thread: the
-    ahead-of-time compiled engine (:mod:`mwsp_torch._aot`) runs one call per thread."""
-    num_chunks = (pairs.shape[0] + PAIR_CHUNK - 1) // PAIR_CHUNK
-    for c in range(first, num_chunks, step):
-        _pairs_chunk(
-            pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
-            dense_columns, head_columns, out, c,
-        )  # fmt: skip
-
-
-@njit(cache=True, nogil=True)
-def _pairs_chunk(
-    pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, indptr, indices, data, table, squares,
-    dense_columns, head_columns, out, c,
-):  # fmt: skip
-    """Chunk ``c`` of :func:`_pairs_kernel`, with its own zeroed buffers."""
+    """Chunks ``first, first + step, ...`` of :func:`_pairs_kernel`, each with its own zeroed
+    buffers, in this thread: :func:`_pairs_kernel` calls it for one chunk per iteration, the
+    ahead-of-time compiled engine (:mod:`mwsp_torch._aot`) once per thread."""
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
-    dense = np.zeros(dense_columns, dtype=np.float64)
-    head = np.zeros(head_columns, dtype=np.int32)
-    for b in range(c, num_blocks, num_chunks):
-        for t in range(b * PAIR_BLOCK, min((b + 1) * PAIR_BLOCK, num_pairs)):
-            sa, ca, na, sb, cb, nb = _pair_supports(
-                pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
-            )
-            out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head)
+    for c in range(first, num_chunks, step):
+        dense = np.zeros(dense_columns, dtype=np.float64)
+        head = np.zeros(head_columns, dtype=np.int32)
+        for b in range(c, num_blocks, num_chunks):
+            for t in range(b * PAIR_BLOCK, min((b + 1) * PAIR_BLOCK, num_pairs)):
+                sa, ca, na, sb, cb, nb = _pair_supports(
+                    pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
+                )
+                out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head)
 
 
 @njit(cache=True)
