@@ -691,7 +691,8 @@ class _ExactWorkers:
     def __init__(self, n_jobs: int, arrays: tuple) -> None:
         self.n_jobs = n_jobs
         extension = _aot.module()
-        codes = " ".join(_aot.ENTRIES["pairs_chunks"][2].split()[:14])
+        # ``arrays`` are the leading arguments of the pairs' entry point; the rest are scalars and ``out``.
+        codes = " ".join(_aot.ENTRIES["pairs_chunks"][2].split()[: len(arrays)])
         self.extension = extension if extension is not None and _aot.conforms(codes, arrays) else None
         self.count = resolve_n_jobs(n_jobs)
         self._context = None
