@@ -15,12 +15,12 @@ Instructions per cycle (IPC) near 1 or below would mean a solve mostly waits, an
 interleaving two solves in one thread could fill the gaps; well above 2 means the
 instructions themselves are the cost.
 
-The mispredictions are callgrind's simulated predictor (a simple two-bit table), not the
-CPU's, so they are an upper bound on what a modern predictor misses. This machine's VM has
-no hardware counters (``perf`` shows software events only), hence the simulation.
+The mispredictions are those of callgrind's simple simulated predictor, not of the CPU's,
+which is likely to miss fewer. This machine's VM has no hardware counters (``perf`` shows
+software events only), hence the simulation.
 
-Usage (needs ``valgrind``; a run of 5,000 NCI1 problems takes about 10 minutes, nearly all
-of it Python and numba starting under valgrind)::
+Usage (needs ``valgrind``; 5,000 NCI1 problems took 3 min 30 s here, most of it the two
+children starting Python and numba under valgrind)::
 
     python benchmarks/solver_instructions.py --problems NCI1:2:0 --pairs 5000
 """
@@ -63,6 +63,9 @@ transport_cost = _solver()
 
 @njit(cache=True)
 def _solve_all(supplies, demands, costs, repeats):
+    """The sum of ``repeats`` passes of optimal costs. Not ``solver_settings._solver_loop``:
+    that loop is a closure numba cannot cache, and importing that module loads torch, so a
+    child under valgrind would compile it and load torch (minutes each)."""
     total = 0.0
     for _ in range(repeats):
         for i in range(len(costs)):
@@ -78,6 +81,7 @@ def _chain(steps, x):
 
 
 def clock_ghz(steps: int = 400_000_000, repeats: int = 3) -> float:
+    """The core's clock: best of ``repeats`` timings of :func:`_chain` (two cycles a step)."""
     _chain(10, 1)
     best = np.inf
     for _ in range(repeats):
@@ -155,8 +159,9 @@ def main() -> None:
     count = len(costs)
     # Valgrind's CPUID says "haswell": left alone, numba would compile the children for that
     # CPU under valgrind (a cache miss, and other code). Naming this CPU runs the native code.
-    host = {"NUMBA_CPU_NAME": llvm.get_host_cpu_name(), "NUMBA_CPU_FEATURES": llvm.get_host_cpu_features().flatten()}
-    os.environ.update(host)
+    os.environ.update(
+        NUMBA_CPU_NAME=llvm.get_host_cpu_name(), NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten()
+    )
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "problems.npz"
         _save(path, list(supplies), list(demands), list(costs))
