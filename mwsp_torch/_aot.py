@@ -26,6 +26,18 @@ warning, and give the same values. The extension:
 ``MWSP_KERNELS=jit`` turns it off (numba's JIT only); ``MWSP_KERNELS=aot`` makes a failed
 build an error rather than a warning. Both paths are tested to give equal values
 (``tests/test_aot.py``).
+
+One difference in the code: numba lowers ``a[i]`` for a signed ``i`` with a wraparound
+(``i + len(a)`` where ``i < 0``, as Python does), and LLVM can drop it only where it can
+prove ``i >= 0``, not for an index loaded from another array (a parent, an arc, a row ID),
+which is most of the exact solver's. The build lowers the kernels' own indexing without it
+(:func:`_index_without_wraparound`). That is sound because the kernels never index with a
+negative number: ``tests/test_aot.py`` runs them with that lowering and
+``NUMBA_BOUNDSCHECK=1``, under which a negative index is an ``IndexError`` (the whole test
+suite passed so too). numba's own functions keep their lowering. The exact engine, this
+build against the one before it alternated in one process on the same pairs, gave equal
+matrices 1.10x faster on NCI1 (d=2, k=0), 1.20x on PROTEINS (d=2, k=0) and 1.07-1.15x on
+DD (d=2, k=1) (``benchmarks/HISTORY.md``, fourth session of 2026-11-25).
 """
 
 from __future__ import annotations
@@ -241,12 +253,34 @@ class Kernel:
         return self.jit_function(*args)
 
 
+#: The start of the LLVM names numba gives this package's functions (``_ZN`` + length + name).
+OWN_FUNCTION_PREFIX = "_ZN10mwsp_torch"
+
+
+def _index_without_wraparound() -> None:
+    """Make numba lower an integer index in this package's functions as it is, without the
+    wraparound of a negative one (module docstring). For the build's child process only:
+    it replaces a function of numba's for the rest of the process."""
+    import numba.np.arrayobj as arrayobj
+    from numba.core import types
+
+    wrapping = arrayobj.fix_integer_index
+
+    def fix_integer_index(context, builder, idxty, idx, size):
+        if idxty.signed and builder.function.name.startswith(OWN_FUNCTION_PREFIX):
+            return context.cast(builder, idx, idxty, types.intp)
+        return wrapping(context, builder, idxty, idx, size)
+
+    arrayobj.fix_integer_index = fix_integer_index
+
+
 def _build(path: Path) -> None:
     """Compile every entry point into the extension ``path`` (run in a child process: it
-    changes numba's flags for the compilation)."""
+    changes numba's flags and index lowering for the compilation)."""
     import importlib
 
     warnings.simplefilter("ignore")  # numba.pycc's pending deprecation
+    _index_without_wraparound()
     import numba.pycc.compiler as pycc_compiler
     from numba.core.compiler import Flags
     from numba.pycc import CC

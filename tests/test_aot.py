@@ -211,3 +211,67 @@ print("numba ready:", setup._ready)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "numba ready: True" in done.stdout
+
+
+_NEGATIVE_INDEX_AUDIT = """
+import numpy as np
+from mwsp_torch import MWSP, _aot, load_tudataset
+from mwsp_torch._simplex import transport_cost
+from mwsp_torch.transport import exact_distances
+
+_aot._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
+root, cache = {root!r}, {cache!r}
+for name, count, d, k in (("ENZYMES", 30, 3, 1), ("PTC_MR", 30, 2, 2), ("NCI1", 40, 2, 0)):
+    graphs, _ = load_tudataset(name, root=root, cache_dir=cache)
+    model = MWSP(d=d, k=k, n_jobs=2).fit(graphs[:count])
+    model.transform(graphs[count:count + 10])
+graphs, _ = load_tudataset("DD", root=root, cache_dir=cache)
+support = MWSP(d=2, k=1).fit(graphs[:8]).support_
+pairs = np.array([(i, j) for i in range(8) for j in range(i + 1, 8)], dtype=np.int64)
+for costs in ("table", "lists", "scattered", "merged"):
+    exact_distances(support, support, pairs, n_jobs=2, costs=costs, tile_size=10)
+# The solver's every start, pricing rule and basis tree, on both sides of 63 points.
+rng = np.random.default_rng(0)
+for m, n in ((1, 5), (7, 3), (18, 18), (40, 45), (70, 9)):
+    counts_a, counts_b = rng.integers(1, 4, m), rng.integers(1, 4, n)
+    supply, demand = counts_a * counts_b.sum(), counts_b * counts_a.sum()
+    cost = rng.integers(0, 3, (m, n)).astype(np.float64)
+    for settings in ((0, 96, 63, 600), (1 << 62, 1, 0, 0), (1 << 62, 96, 63, 1 << 30), (1 << 62, 96, 0, 0)):
+        transport_cost(supply, demand, cost, *settings)
+print("audited")
+"""
+
+
+def test_the_kernels_never_index_with_a_negative_number(data_root, cache_dir, tmp_path):
+    """The build lowers the kernels' indexing without numba's wraparound of a negative index
+    (:func:`mwsp_torch._aot._index_without_wraparound`), which is sound only if no kernel
+    ever indexes with one. Here they run (numba's JIT, a fresh cache) with that lowering and
+    numba's bounds checks, under which a negative index is an IndexError."""
+    script = _NEGATIVE_INDEX_AUDIT.format(root=str(data_root), cache=str(cache_dir))
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path), _aot.KERNELS_ENV: "jit"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1200)
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["audited"], done.stderr[-3000:]
+
+
+def test_only_this_package_loses_the_wraparound(tmp_path):
+    """Functions outside the package keep numba's lowering of a negative index (Python's);
+    the package's functions carry the name prefix that the build's lowering looks for."""
+    script = """
+import numba, numpy as np
+from mwsp_torch import _aot
+from mwsp_torch._simplex import cost_width
+_aot._index_without_wraparound()
+
+@numba.njit
+def last(a, i):
+    return a[i]
+
+print(last(np.arange(5.0), -1))
+cost_width(7)
+names = [result.fndesc.mangled_name for result in cost_width.overloads.values()]
+print(all(name.startswith(_aot.OWN_FUNCTION_PREFIX) for name in names) and len(names) == 1)
+"""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), _aot.KERNELS_ENV: "jit"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["4.0", "True"]
