@@ -17,7 +17,7 @@ import pytest
 
 from mwsp_torch import MWSP, _aot, load_tudataset
 from mwsp_torch import transport as transport_module
-from mwsp_torch.transport import exact_distances
+from mwsp_torch.transport import exact_distances, upper_pairs
 
 
 class _Recording:
@@ -97,7 +97,7 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
 def test_exact_distances_equal_the_jit_path_for_each_cost_method(data_root, cache_dir, extension, use, costs):
     graphs = _graphs(data_root, cache_dir, "DD", 12)
     support = MWSP(d=2, k=1).fit(graphs).support_
-    pairs = np.array([(i, j) for i in range(12) for j in range(i + 1, 12)], dtype=np.int64)
+    pairs = upper_pairs(12)
     recording = _Recording(extension)
     use(recording)
     compiled = exact_distances(support, support, pairs, n_jobs=3, costs=costs, tile_size=25)
@@ -217,7 +217,7 @@ _NEGATIVE_INDEX_AUDIT = """
 import numpy as np
 from mwsp_torch import MWSP, _aot, load_tudataset
 from mwsp_torch._simplex import transport_cost
-from mwsp_torch.transport import exact_distances
+from mwsp_torch.transport import exact_distances, upper_pairs
 
 _aot._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
 root, cache = {root!r}, {cache!r}
@@ -227,7 +227,7 @@ for name, count, d, k in (("ENZYMES", 30, 3, 1), ("PTC_MR", 30, 2, 2), ("NCI1", 
     model.transform(graphs[count:count + 10])
 graphs, _ = load_tudataset("DD", root=root, cache_dir=cache)
 support = MWSP(d=2, k=1).fit(graphs[:8]).support_
-pairs = np.array([(i, j) for i in range(8) for j in range(i + 1, 8)], dtype=np.int64)
+pairs = upper_pairs(8)
 for costs in ("table", "lists", "scattered", "merged"):
     exact_distances(support, support, pairs, n_jobs=2, costs=costs, tile_size=10)
 # The solver's every start, pricing rule and basis tree, on both sides of 63 points.
