@@ -259,8 +259,10 @@ OWN_FUNCTION_PREFIX = "_ZN10mwsp_torch"
 
 def _index_without_wraparound() -> None:
     """Make numba lower an integer index in this package's functions as it is, without the
-    wraparound of a negative one (module docstring). For the build's child process only:
-    it replaces a function of numba's for the rest of the process."""
+    wraparound of a negative one (module docstring). Only for a process of its own (the
+    build's child; the tests and ``benchmarks/solver_instructions.py`` run it in child
+    processes to check or count the built code): it replaces a function of numba's for the
+    rest of the process."""
     import numba.np.arrayobj as arrayobj
     from numba.core import types
 
