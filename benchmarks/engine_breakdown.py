@@ -8,7 +8,14 @@ at most ``--pairs``), best of ``--repeats``:
   bank and (where it fits) the table of all row-to-row costs, timed as the engine on one pair;
 - the solver alone (:func:`mwsp_torch._simplex.transport_cost`) on the problems those
   pairs pose, extracted beforehand as ``solver_settings.py`` does (pairs with one point
-  on a side pose none: their plan is forced).
+  on a side pose none: their plan is forced). It runs as numba's JIT compiles it, with the
+  negative-index wraparound that the engine's ahead-of-time build leaves out (``_aot``'s
+  docstring), so it is a little slower than the solves inside the engine and the share
+  outside the solver comes out low (``solver_instructions.py`` compares the two lowerings).
+
+The engine runs with ``n_jobs=1``. From 54e038f (the engine's default became every core)
+to the sixth session of 2026-11-25 the script took that default while it printed "one
+thread"; its figures in ``HISTORY.md`` (2d4a4c3) predate that and were on one thread.
 
 The engine less its setup and the solver is what a pair costs outside the solver. Usage::
 
@@ -58,8 +65,8 @@ def main() -> None:
     settings = (VOGEL_MIN_ARCS, MIN_BLOCK_ARCS, MASK_MAX_NODES)
     exact_distances(support, support, pairs[:100])  # compile (each call builds its own cost table: the setup)
     _solve_all(supplies[:10], demands[:10], costs[:10], *settings)
-    engine, distances = _best(lambda: exact_distances(support, support, pairs), args.repeats)
-    setup, _ = _best(lambda: exact_distances(support, support, pairs[:1]), args.repeats)
+    engine, distances = _best(lambda: exact_distances(support, support, pairs, n_jobs=1), args.repeats)
+    setup, _ = _best(lambda: exact_distances(support, support, pairs[:1], n_jobs=1), args.repeats)
     solver, total = _best(lambda: _solve_all(supplies, demands, costs, *settings), args.repeats)
     if not np.isfinite(distances).all() or not np.isfinite(total):
         raise SystemExit("engine or solver returned a non-finite result")
