@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 from collections import defaultdict
 from pathlib import Path
 
@@ -41,15 +42,19 @@ import numpy as np  # noqa: E402
 _LINE = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*)$")
 
 
-def _child(extension: str, arrays: str, repeats: int) -> None:
-    """Load ``extension`` by itself and run its ``pairs_chunks`` on one thread, 1 + ``repeats`` times."""
-    from importlib.machinery import ExtensionFileLoader
-    from importlib.util import module_from_spec, spec_from_loader
+PACKAGE = Path(__file__).resolve().parent.parent / "mwsp_torch"
 
-    name = Path(extension).name.split(".")[0]
-    loader = ExtensionFileLoader(name, extension)
-    module = module_from_spec(spec_from_loader(name, loader))
-    loader.exec_module(module)
+
+def _child(extension: str, arrays: str, repeats: int) -> None:
+    """Load ``extension`` by itself and run its ``pairs_chunks`` on one thread, 1 + ``repeats`` times.
+    ``mwsp_torch._aot`` is imported without the package's ``__init__``, which loads torch
+    (minutes under valgrind); ``_aot`` itself needs only numpy."""
+    package = types.ModuleType("mwsp_torch")
+    package.__path__ = [str(PACKAGE)]
+    sys.modules["mwsp_torch"] = package
+    from mwsp_torch._aot import _load
+
+    module = _load(Path(extension))
     with np.load(arrays) as npz:
         data = {key: npz[key] for key in npz.files}
     sets = [data[f"set{i}"] for i in range(4)]
@@ -68,9 +73,8 @@ def _prepare(args, directory: str) -> tuple[str, str, int]:
     from mwsp_torch import MWSP, _aot
     from mwsp_torch.datasets import default_labels, load_dataset
     from mwsp_torch.transport import (
-        BUFFER_MAX_COLUMNS,
+        _auto_costs,
         _bank_arrays,
-        _column_method,
         _row_distance_table,
         _row_squares_kernel,
         _shared_bank,
@@ -84,15 +88,8 @@ def _prepare(args, directory: str) -> tuple[str, str, int]:
     support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
     pairs = np.ascontiguousarray(upper_pairs(support.num_graphs)[:: args.stride][: args.pairs])
     indptr, indices, data = _bank_arrays(_shared_bank(support, support))
-    num_rows = len(indptr) - 1
     num_columns = int(indices.max()) + 1 if len(indices) else 0
-    # The choice exact_distances makes with costs="auto" and its default table_bytes.
-    if 0 < num_rows * num_rows * 8 <= 1 << 27:
-        method = "table"
-    elif num_columns <= BUFFER_MAX_COLUMNS:
-        method = _column_method(indptr, indices, num_columns)
-    else:
-        method = "merged"
+    method = _auto_costs(indptr, indices, num_columns)  # exact_distances's choice by default
     table = _row_distance_table(indptr, indices, data) if method == "table" else np.empty((0, 0))
     squares = _row_squares_kernel(indptr, data) if method in ("lists", "scattered") else np.empty(0)
     path = f"{directory}/arrays.npz"

@@ -72,6 +72,10 @@ COST_METHODS = ("auto", "table", "lists", "scattered", "merged")
 #: 128 MiB at this limit); ``"auto"`` merges rows beyond it. DD d=3,k=1 has 15.1 M
 #: columns, REDDIT-BINARY d=2,k=2 6.9 M.
 BUFFER_MAX_COLUMNS = 1 << 24
+
+#: The largest row-to-row table of a bank's ground costs that ``costs="auto"`` builds
+#: (128 MiB: a larger table makes every lookup a cache miss, slower than recomputing).
+TABLE_BYTES = 1 << 27
 SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
 
 
@@ -583,13 +587,25 @@ def _column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) ->
     return "lists" if 4 + 4 * shared < 1 + 1.3 * entries else "scattered"
 
 
+def _auto_costs(indptr: np.ndarray, indices: np.ndarray, num_columns: int, table_bytes: int = TABLE_BYTES) -> str:
+    """The way ``costs="auto"`` finds a bank's ground costs (see :func:`exact_distances`):
+    the table if it fits ``table_bytes``, else lists or scattered by :func:`_column_method`
+    up to ``BUFFER_MAX_COLUMNS`` columns, else merged."""
+    num_rows = len(indptr) - 1
+    if 0 < num_rows * num_rows * 8 <= table_bytes:
+        return "table"
+    if num_columns <= BUFFER_MAX_COLUMNS:
+        return _column_method(indptr, indices, num_columns)
+    return "merged"
+
+
 def exact_distances(
     left: SupportSet,
     right: SupportSet,
     pairs: np.ndarray,
     n_jobs: int = -1,
     tile_size: int = 1 << 16,
-    table_bytes: int = 1 << 27,
+    table_bytes: int = TABLE_BYTES,
     checkpoint: str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
     costs: str = "auto",
@@ -644,12 +660,7 @@ def exact_distances(
             raise ValueError(f"the table is {table.shape}, the bank has {num_rows} rows")
         costs = "table"
     if costs == "auto":
-        if 0 < num_rows * num_rows * 8 <= table_bytes:
-            costs = "table"
-        elif num_columns <= BUFFER_MAX_COLUMNS:
-            costs = _column_method(indptr, indices, num_columns)
-        else:
-            costs = "merged"
+        costs = _auto_costs(indptr, indices, num_columns, table_bytes)
     use_table = costs == "table"
     dense_columns = num_columns if costs == "scattered" else 0
     head_columns = num_columns if costs == "lists" else 0
