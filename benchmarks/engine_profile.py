@@ -75,8 +75,9 @@ def _prepare(args, directory: str) -> tuple[str, str, int]:
     from mwsp_torch.transport import (
         _auto_costs,
         _bank_arrays,
+        _cost_buffers,
+        _num_columns,
         _row_distance_table,
-        _row_squares_kernel,
         _shared_bank,
         upper_pairs,
     )
@@ -88,14 +89,14 @@ def _prepare(args, directory: str) -> tuple[str, str, int]:
     support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
     pairs = np.ascontiguousarray(upper_pairs(support.num_graphs)[:: args.stride][: args.pairs])
     indptr, indices, data = _bank_arrays(_shared_bank(support, support))
-    num_columns = int(indices.max()) + 1 if len(indices) else 0
+    num_columns = _num_columns(indices)
     method = _auto_costs(indptr, indices, num_columns)  # exact_distances's choice by default
     table = _row_distance_table(indptr, indices, data) if method == "table" else np.empty((0, 0))
-    squares = _row_squares_kernel(indptr, data) if method in ("lists", "scattered") else np.empty(0)
+    squares, dense_columns, head_columns = _cost_buffers(indptr, data, method, num_columns)
     path = f"{directory}/arrays.npz"
     np.savez(
         path, pairs=pairs, indptr=indptr, indices=indices, data=data, table=table, squares=squares,
-        dense_columns=num_columns if method == "scattered" else 0, head_columns=num_columns if method == "lists" else 0,
+        dense_columns=dense_columns, head_columns=head_columns,
         **{f"set{i}": a for i, a in enumerate(support.arrays())},
     )  # fmt: skip
     print(f"{args.dataset} d={args.d},k={args.k}: {len(pairs):,} pairs, costs by {method}")

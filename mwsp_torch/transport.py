@@ -599,6 +599,20 @@ def _auto_costs(indptr: np.ndarray, indices: np.ndarray, num_columns: int, table
     return "merged"
 
 
+def _num_columns(indices: np.ndarray) -> int:
+    """Columns a bank's rows span: one past the highest column index (0 for no entries)."""
+    return int(indices.max()) + 1 if len(indices) else 0
+
+
+def _cost_buffers(indptr: np.ndarray, data: np.ndarray, costs: str, num_columns: int) -> tuple[np.ndarray, int, int]:
+    """What the pairs' kernel needs beside the bank to find ground costs by ``costs`` (a
+    method, not ``"auto"``): the rows' squared norms (lists and scattered), the columns of
+    a thread's dense buffer (scattered) and of its list heads (lists); empty or 0 if unused."""
+    by_columns = costs in ("lists", "scattered")
+    squares = _row_squares_kernel(indptr, data) if by_columns else np.empty(0, dtype=np.float64)
+    return squares, num_columns if costs == "scattered" else 0, num_columns if costs == "lists" else 0
+
+
 def exact_distances(
     left: SupportSet,
     right: SupportSet,
@@ -650,7 +664,7 @@ def exact_distances(
     indptr, indices, data = _bank_arrays(_shared_bank(left, right))
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     num_rows = len(indptr) - 1
-    num_columns = int(indices.max()) + 1 if len(indices) else 0
+    num_columns = _num_columns(indices)
     if costs not in COST_METHODS:
         raise ValueError(f"costs={costs!r}: expected one of {COST_METHODS}")
     if table is not None:
@@ -662,9 +676,7 @@ def exact_distances(
     if costs == "auto":
         costs = _auto_costs(indptr, indices, num_columns, table_bytes)
     use_table = costs == "table"
-    dense_columns = num_columns if costs == "scattered" else 0
-    head_columns = num_columns if costs == "lists" else 0
-    squares = _row_squares_kernel(indptr, data) if costs in ("lists", "scattered") else np.empty(0, dtype=np.float64)
+    squares, dense_columns, head_columns = _cost_buffers(indptr, data, costs, num_columns)
     store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     loaded = 0
