@@ -15,11 +15,21 @@ should a build fail (it needs a C compiler), the kernels fall back to numba's JI
 warning, and give the same values. The extension:
 
 - is built on first use, in a child process (``python -m mwsp_torch._aot``) that starts
-  from an empty numba cache (so no stale cached function is linked in), under a file
-  lock, into ``$MWSP_KERNEL_DIR`` (default: ``kernels/`` in the cache directory,
-  ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``); it takes about a minute, once;
-- is named by a hash of the kernels' sources, numba's, llvmlite's and Python's versions and
-  the host CPU (it is compiled for it), so an edit or another machine builds a new one;
+  from an empty numba cache (so no stale cached function is linked in) and without the
+  caller's ``NUMBA_*`` settings (so a key names one build), under a file lock that the child
+  holds too (a build orphaned by a killed caller is not doubled), into ``$MWSP_KERNEL_DIR``
+  (default: ``kernels/`` in the cache directory, ``$MWSP_CACHE_DIR`` or
+  ``~/.cache/mwsp_torch``); it takes about a minute, once. The child runs in the folder
+  that holds this package and refuses to build unless it imported this very package with
+  the same key: run from a folder holding another copy of ``mwsp_torch`` (a worktree),
+  ``-m`` would otherwise compile that copy's sources under this one's name;
+- is named by a hash of the kernels' sources (each with its name and length), numba's,
+  llvmlite's, NumPy's (the extension is built against its C interface) and Python's
+  versions and the host CPU (it is compiled for it), so an edit, another environment or
+  another machine builds a new one;
+- a failed build leaves a ``.failed`` file beside the extension's name, with the error, so
+  later processes in ``auto`` mode fall back at once instead of retrying a build that may
+  take a minute to fail; ``MWSP_KERNELS=aot`` always retries, and deleting the file does.
 - releases the GIL in every entry point, so the parallel loops (numba ``prange`` in the
   JIT path) run as one call per thread of a ``ThreadPoolExecutor``, over the same chunks.
 
@@ -44,6 +54,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -99,6 +110,17 @@ _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None}
 
 
+def _fresh_lock_after_fork() -> None:
+    """A child forked while another thread held ``_lock`` (in a build) would wait on it for
+    ever: it gets a lock of its own, and decides afresh if the parent had not yet."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
+
 def mode() -> str:
     """``$MWSP_KERNELS``: ``"auto"`` (default: compiled ahead of time, numba's JIT if that
     fails, with a warning), ``"aot"`` (a failure is an error) or ``"jit"`` (never built)."""
@@ -119,8 +141,8 @@ def kernel_dir() -> Path:
 
 
 def build_key() -> str:
-    """What the extension is built from: the kernels' sources, the compilers' and Python's
-    versions, and the host CPU (its name and features)."""
+    """What the extension is built from: the kernels' sources, the compilers', NumPy's and
+    Python's versions, and the host CPU (its name and features)."""
     import llvmlite
     import llvmlite.binding as llvm
     import numba
@@ -128,9 +150,11 @@ def build_key() -> str:
     package = Path(__file__).resolve().parent
     digest = hashlib.sha1()
     for name in SOURCE_MODULES:
-        digest.update((package / f"{name}.py").read_bytes())
-    for part in (numba.__version__, llvmlite.__version__, sys.version, sysconfig.get_platform()):
-        digest.update(part.encode())
+        source = (package / f"{name}.py").read_bytes()
+        digest.update(f"{name} {len(source)}\n".encode())  # a line moved between files changes the key
+        digest.update(source)
+    for part in (numba.__version__, llvmlite.__version__, np.__version__, sys.version, sysconfig.get_platform()):
+        digest.update(part.encode() + b"\n")
     digest.update(llvm.get_host_cpu_name().encode())
     digest.update(llvm.get_host_cpu_features().flatten().encode())
     return digest.hexdigest()[:16]
@@ -152,7 +176,7 @@ def module():
             chosen = mode()
             if chosen != "jit":
                 try:
-                    _state["module"] = _load(_built(extension_path()))
+                    _state["module"] = _load(_built(extension_path(), retry_failed=chosen == "aot"))
                 except Exception as err:
                     if chosen == "aot":
                         raise RuntimeError(f"the ahead-of-time kernels could not be built or loaded: {err}") from err
@@ -167,10 +191,16 @@ def module():
     return _state["module"]
 
 
-def _built(path: Path) -> Path:
-    """``path``, built first (in a child process, under a file lock) if it is not there."""
+def _built(path: Path, retry_failed: bool = True) -> Path:
+    """``path``, built first (in a child process, under a file lock) if it is not there.
+
+    Unless ``retry_failed``, an earlier failed build (its ``.failed`` file) is an error at
+    once, without another attempt."""
     if path.is_file():
         return path
+    failed = failed_marker(path)
+    if not retry_failed and failed.is_file():
+        raise RuntimeError(f"an earlier build failed ({failed.read_text().strip()}); delete {failed} to try again")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".lock", "a") as handle:
         try:
@@ -178,8 +208,18 @@ def _built(path: Path) -> Path:
         except ImportError:  # not POSIX: parallel first builds may both build; the rename is atomic
             fcntl = None
         if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"mwsp_torch: waiting for another process's build of its CPU kernels in {path.parent}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            # Under the lock no build runs (its child holds the lock too), so scratch folders
+            # left here were a killed build's.
+            stale = [*path.parent.glob(".numba-*"), *path.parent.glob(".build-*")] if fcntl is not None else []
+            for folder in stale:
+                shutil.rmtree(folder, ignore_errors=True)
             if not path.is_file():
                 print(
                     f"mwsp_torch: compiling its CPU kernels once for this machine into {path.parent} (about a minute)",
@@ -189,19 +229,39 @@ def _built(path: Path) -> Path:
                 # numba's disk cache is bypassed (an empty one): numba checks a cached function
                 # against its own file only, so one inlining an edited module would be stale.
                 with tempfile.TemporaryDirectory(dir=path.parent, prefix=".numba-") as numba_cache:
-                    done = subprocess.run(
-                        [sys.executable, "-m", "mwsp_torch._aot", str(path)],
-                        capture_output=True,
-                        text=True,
-                        env={**os.environ, KERNELS_ENV: "jit", "NUMBA_CACHE_DIR": numba_cache},
-                    )
+                    argv, cwd, env = build_command(path, numba_cache)
+                    # The child inherits the locked file: the lock lasts as long as either holds it.
+                    lock_fds = (handle.fileno(),) if fcntl is not None else ()
+                    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, pass_fds=lock_fds)
                 if done.returncode != 0 or not path.is_file():
                     tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-                    raise RuntimeError(f"the build exited with status {done.returncode}: {' | '.join(tail)}")
+                    error = f"the build exited with status {done.returncode}: {' | '.join(tail)}"
+                    try:
+                        failed.write_text(error + "\n")
+                    except OSError:  # the error itself is what the caller needs to see
+                        pass
+                    raise RuntimeError(error)
+                failed.unlink(missing_ok=True)
         finally:
             if fcntl is not None:
                 fcntl.flock(handle, fcntl.LOCK_UN)
     return path
+
+
+def failed_marker(path: Path) -> Path:
+    """The file that records a failed build of the extension ``path``."""
+    return path.with_name(path.name + ".failed")
+
+
+def build_command(path: Path, numba_cache: str) -> tuple[list[str], str, dict]:
+    """The build child's command, folder and environment: ``python -m mwsp_torch._aot PATH
+    PACKAGE``, run in the folder that holds this package (``-m`` imports from there first),
+    with numba's cache in ``numba_cache`` and none of the caller's other ``NUMBA_*``
+    settings (``NUMBA_OPT``, ``NUMBA_BOUNDSCHECK``, ...: the key does not name them)."""
+    package = Path(__file__).resolve().parent
+    env = {name: value for name, value in os.environ.items() if not name.startswith("NUMBA_")}
+    env.update({KERNELS_ENV: "jit", "NUMBA_CACHE_DIR": numba_cache})
+    return [sys.executable, "-m", "mwsp_torch._aot", str(path), str(package)], str(package.parent), env
 
 
 def _load(path: Path):
@@ -309,5 +369,16 @@ def _build(path: Path) -> None:
         os.replace(Path(scratch) / cc.output_file, path)  # atomic: a killed build leaves no half file
 
 
+def _check_identity(path: Path, package: str) -> None:
+    """Refuse to build unless this process imported the caller's package (``package``) and
+    its sources give the key ``path`` is named by."""
+    here = Path(__file__).resolve().parent
+    if here != Path(package).resolve():
+        raise SystemExit(f"mwsp_torch._aot: this build imported {here}, not the caller's package {package}")
+    if extension_path().name != path.name:
+        raise SystemExit(f"mwsp_torch._aot: the sources here give {extension_path().name}, not {path.name}")
+
+
 if __name__ == "__main__":
+    _check_identity(Path(sys.argv[1]), sys.argv[2])
     _build(Path(sys.argv[1]))

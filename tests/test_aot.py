@@ -148,14 +148,18 @@ def test_mode_is_checked_and_jit_builds_nothing(monkeypatch):
 
 
 def test_a_failed_build_warns_and_falls_back_or_raises(monkeypatch, tmp_path):
+    runs = []
+
     def failing(args, **kwargs):
+        runs.append(args)
         return subprocess.CompletedProcess(args, 1, stdout="", stderr="cc: not found\nerror: no compiler")
 
     monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(_aot.subprocess, "run", failing)
-    for chosen in ("auto", "aot"):
+    marker = _aot.failed_marker(_aot.extension_path())
+    for chosen, attempts in (("auto", 1), ("auto", 1), ("aot", 2)):
         monkeypatch.setenv(_aot.KERNELS_ENV, chosen)
-        monkeypatch.setitem(_aot._state, "tried", False)
+        monkeypatch.setitem(_aot._state, "tried", False)  # as a new process
         monkeypatch.setitem(_aot._state, "module", None)
         if chosen == "auto":
             with pytest.warns(RuntimeWarning, match="status 1: cc: not found | error: no compiler"):
@@ -164,6 +168,93 @@ def test_a_failed_build_warns_and_falls_back_or_raises(monkeypatch, tmp_path):
         else:
             with pytest.raises(RuntimeError, match="could not be built.*no compiler"):
                 _aot.module()
+        # The failure is remembered on disk: a later auto process does not build again (its
+        # warning names the file to delete); aot mode always tries again.
+        assert len(runs) == attempts, chosen
+        assert "no compiler" in marker.read_text()
+    monkeypatch.setitem(_aot._state, "tried", False)
+    monkeypatch.setenv(_aot.KERNELS_ENV, "auto")
+    with pytest.warns(RuntimeWarning, match=f"earlier build failed.*delete {re.escape(str(marker))}"):
+        _aot.module()
+
+
+def test_a_successful_build_clears_the_failure_and_stale_scratch_and_its_child_holds_the_lock(monkeypatch, tmp_path):
+    path = tmp_path / "mwsp_kernels_0123456789abcdef.so"
+    _aot.failed_marker(path).write_text("the build exited with status 1\n")
+    left = [tmp_path / ".numba-killed", tmp_path / ".build-killed"]  # a killed build's scratch
+    for folder in left:
+        folder.mkdir()
+    seen = {}
+
+    def building(args, **kwargs):
+        seen.update(kwargs)
+        seen["handed"] = [os.fstat(fd) for fd in kwargs["pass_fds"]]
+        Path(args[3]).write_bytes(b"built")
+        return subprocess.CompletedProcess(args, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(_aot.subprocess, "run", building)
+    assert _aot._built(path, retry_failed=True) == path
+    assert not _aot.failed_marker(path).exists()
+    assert not any(folder.exists() for folder in left)
+    # The child is handed the locked file, so a build outlives a killed caller under the lock.
+    (handed,) = seen["handed"]
+    lock = (tmp_path / ".lock").stat()
+    assert (handed.st_dev, handed.st_ino) == (lock.st_dev, lock.st_ino)
+    assert Path(seen["cwd"]) == Path(_aot.__file__).resolve().parent.parent
+
+
+def test_the_build_child_compiles_the_callers_package_from_any_folder(monkeypatch, tmp_path):
+    """Run from a folder holding another ``mwsp_torch`` (a worktree, an old copy), ``python -m``
+    would import that copy first and compile its sources under this package's key."""
+    fake = tmp_path / "elsewhere" / "mwsp_torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "_aot.py").write_text("print('FAKE COPY BUILT')\n")
+    monkeypatch.chdir(fake.parent)
+    real_name = _aot.extension_path().name
+    wrong_name = re.sub(r"_[0-9a-f]{16}", "_0000000000000000", real_name)
+    argv, cwd, env = _aot.build_command(tmp_path / wrong_name, str(tmp_path / "numba"))
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert "FAKE" not in done.stdout
+    assert done.returncode != 0
+    assert f"the sources here give {real_name}, not {wrong_name}" in done.stderr
+    # And a child that imported another package than the caller's refuses too.
+    argv[-1] = str(fake)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "not the caller's package" in done.stderr
+
+
+def test_the_build_child_drops_the_callers_numba_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMBA_OPT", "0")
+    monkeypatch.setenv("NUMBA_BOUNDSCHECK", "1")
+    _, _, env = _aot.build_command(tmp_path / "x.so", "scratch-cache")
+    assert {name for name in env if name.startswith("NUMBA_")} == {"NUMBA_CACHE_DIR"}
+    assert env["NUMBA_CACHE_DIR"] == "scratch-cache" and env[_aot.KERNELS_ENV] == "jit"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_process_forked_during_a_build_does_not_wait_for_ever():
+    with _aot._lock:  # as if another thread were building
+        pid = os.fork()
+        if pid == 0:  # the child: the lock it inherited held must not block it
+            os._exit(0 if _aot._lock.acquire(timeout=5) else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_build_key_names_file_boundaries_and_numpy(tmp_path, monkeypatch):
+    monkeypatch.setattr(_aot, "__file__", str(tmp_path / "_aot.py"))
+    monkeypatch.setattr(_aot, "SOURCE_MODULES", ("a", "b"))
+
+    def key(a: bytes, b: bytes) -> str:
+        (tmp_path / "a.py").write_bytes(a)
+        (tmp_path / "b.py").write_bytes(b)
+        return _aot.build_key()
+
+    assert key(b"xy", b"") != key(b"x", b"y")  # the same bytes back to back, moved across files
+    first = key(b"x", b"y")
+    monkeypatch.setattr(np, "__version__", "0.0.0")
+    assert key(b"x", b"y") != first
 
 
 def test_build_key_follows_every_source_module(tmp_path, monkeypatch):
