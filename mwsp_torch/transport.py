@@ -677,7 +677,7 @@ def exact_distances(
         costs = _auto_costs(indptr, indices, num_columns, table_bytes)
     use_table = costs == "table"
     squares, dense_columns, head_columns = _cost_buffers(indptr, data, costs, num_columns)
-    store = _TileStore(checkpoint, left, right, pairs, tile_size) if checkpoint is not None else None
+    store = _TileStore(checkpoint, left, right, pairs, tile_size, costs) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
     loaded = 0
     if table is None:
@@ -773,11 +773,14 @@ def checkpoint_directory(directory) -> Path:
 class _TileStore:
     """Finished tiles on disk, keyed by a fingerprint of everything that determines them."""
 
-    def __init__(self, directory, left: SupportSet, right: SupportSet, pairs: np.ndarray, tile_size: int) -> None:
+    def __init__(
+        self, directory, left: SupportSet, right: SupportSet, pairs: np.ndarray, tile_size: int, costs: str
+    ) -> None:
         digest = hashlib.sha1()
         for array in (pairs, *left.arrays(), *right.arrays(), *_bank_arrays(left.rows)):
             digest.update(np.ascontiguousarray(array).tobytes())
-        digest.update(str(tile_size).encode())
+        # The cost method too: the methods agree only to rounding, so tiles of two would mix.
+        digest.update(f"{tile_size} {costs}".encode())
         self.directory = checkpoint_directory(directory) / digest.hexdigest()[:20]
         self.directory.mkdir(parents=True, exist_ok=True)
         # A run killed while saving leaves its temporary file (see save): drop those of dead runs.
@@ -801,7 +804,7 @@ class _TileStore:
         for path in sorted(self.directory.glob(f"tile-{index:07d}-*.npy")):
             try:
                 values = np.load(path)
-            except (OSError, ValueError, EOFError) as err:
+            except Exception as err:  # a damaged header can raise SyntaxError, TokenError, ...
                 warnings.warn(f"checkpoint tile {path} cannot be read ({err}); recomputing it", stacklevel=3)
                 continue
             if values.shape != out.shape or values.dtype != np.float64:
@@ -821,7 +824,8 @@ class _TileStore:
         return False
 
     def save(self, index: int, values: np.ndarray) -> None:
-        tmp = self.directory / f".tile-{index:07d}.{os.getpid()}.npy"
+        # The process and the thread name it (the stale-file sweep above reads the process).
+        tmp = self.directory / f".tile-{index:07d}.{os.getpid()}.{threading.get_ident()}.npy"
         np.save(tmp, values)
         for damaged in self.directory.glob(f"tile-{index:07d}-*.npy"):  # refused by load
             damaged.unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """TU data offline, the CLI, and the end-to-end MUTAG run."""
 
 import functools
+import io
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -305,6 +307,41 @@ def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
     assert not timings["cached"]
     np.testing.assert_array_equal(again, first)
     assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda path: np.save(path.with_suffix(".npy"), np.zeros((8, 8))) or path.with_suffix(".npy").replace(path),
+        lambda path: _damaged_header(path),
+    ],
+    ids=["a-bare-npy", "a-damaged-header"],
+)
+def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path, damage):
+    graphs = mutag[0][:8]
+    first, _ = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    damage(stored)
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read"):
+        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+
+
+def _damaged_header(path):
+    """The archive rewritten with a ``distances.npy`` whose header is damaged (its dtype
+    ``'<f8'`` made ``',f8'``) but whose zip checksum is right, as another writer might leave
+    it: numpy's header parser raises SyntaxError."""
+    with np.load(path) as stored:
+        entries = {name: stored[name] for name in stored.files}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, values in entries.items():
+            buffer = io.BytesIO()
+            np.save(buffer, values)
+            data = buffer.getvalue()
+            if name == "distances":
+                data = data.replace(b"'<f8'", b"',f8'", 1)
+            archive.writestr(f"{name}.npy", data)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -331,6 +332,36 @@ def test_checkpoint_is_keyed_by_inputs(tmp_path):
     again = MWSP(d=3, k=1, checkpoint=str(tmp_path)).fit(graphs)
     np.testing.assert_array_equal(again.distances_, b)
     assert again.timings_["pairs_from_checkpoint"] == again.timings_["pairs"] > 0  # all read, none computed
+
+
+def test_checkpoint_is_keyed_by_the_cost_method(tmp_path):
+    """The cost methods agree only to rounding, so one method's tiles must not serve another's."""
+    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
+    support = MWSP(d=2, k=1).fit(graphs).support_
+    pairs = upper_pairs(len(graphs))
+    for costs in ("table", "lists", "scattered"):
+        expected = exact_distances(support, support, pairs, tile_size=50, costs=costs)
+        got = exact_distances(support, support, pairs, tile_size=50, costs=costs, checkpoint=tmp_path)
+        np.testing.assert_array_equal(got, expected)
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 3
+
+
+def test_checkpoint_temporary_tiles_are_named_by_process_and_thread(tmp_path, monkeypatch):
+    """Two threads of one process saving the same tile must not share a temporary file."""
+    saved = []
+    real_save = np.save
+
+    def recording(path, values):
+        saved.append(Path(path).name)
+        real_save(path, values)
+
+    monkeypatch.setattr(np, "save", recording)
+    graphs, _ = make_csl(graphs_per_class=1, num_nodes=11)
+    support = MWSP(d=2, k=0).fit(graphs).support_
+    exact_distances(support, support, upper_pairs(len(graphs)), tile_size=50, checkpoint=tmp_path)
+    assert saved and all(
+        re.fullmatch(rf"\.tile-\d{{7}}\.{os.getpid()}\.{threading.get_ident()}\.npy", name) for name in saved
+    )
 
 
 def test_checkpoint_is_keyed_by_both_sides_and_the_pairs(tmp_path):
@@ -680,6 +711,7 @@ def test_triton_sinkhorn_on_cuda(mutag):
 
 _DD_PAIR = """
 import sys
+import threading
 import numpy as np
 from mwsp_torch import MWSP, load_tudataset
 from mwsp_torch.transport import exact_distances, pot_distances
@@ -1052,14 +1084,17 @@ def test_damaged_checkpoint_tile_is_named_and_recomputed(tmp_path, kernel_calls)
     flipped[-3] ^= 0x40  # one bit of a value: still a readable float64 array of the right shape
     tiles[2].write_bytes(bytes(flipped))
     last = len(np.load(tiles[2]))
+    fourth = len(np.load(tiles[3]))
+    tiles[3].write_bytes(tiles[3].read_bytes().replace(b"'<f8'", b"',f8'", 1))  # numpy's parser: SyntaxError
     kernel_calls.clear()
     with pytest.warns(UserWarning, match=r"checkpoint tile .*tile-0000000-[0-9a-f]{16}\.npy cannot be read") as record:
         resumed = resume()
     messages = [str(w.message) for w in record]
     assert any(re.search(r"tile-0000001-\w+\.npy holds float64 \[3\], not float64 \[50\]", m) for m in messages)
     assert any(re.search(r"tile-0000002-\w+\.npy does not match its checksum", m) for m in messages)
+    assert any(re.search(r"tile-0000003-\w+\.npy cannot be read", m) for m in messages)
     np.testing.assert_array_equal(resumed, full)
-    assert kernel_calls == [50, 50, last]
+    assert kernel_calls == [50, 50, last, fourth]
     kernel_calls.clear()
     np.testing.assert_array_equal(resume(), full)
     assert kernel_calls == []  # both were saved again
