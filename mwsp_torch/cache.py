@@ -101,9 +101,10 @@ def cached_distances(
     path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{d}-k{k}-{digest}.npz"
     if path.is_file():
         try:
-            with np.load(path) as stored:
-                if not isinstance(stored, np.lib.npyio.NpzFile):  # a bare .npy: an array, no context
-                    raise ValueError("not an .npz archive")
+            stored = np.load(path)
+            if not isinstance(stored, np.lib.npyio.NpzFile):  # a bare .npy loads as an array
+                raise ValueError(f"not an .npz archive but a bare {type(stored).__name__}")
+            with stored:
                 timings = {"features": float(stored["features"]), "transport": float(stored["transport"])}
                 # The rest of the run's timings_ (pair counts, Sinkhorn's measured error).
                 rest = [name for name in stored.files if name not in ("distances", *timings)]

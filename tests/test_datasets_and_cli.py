@@ -310,19 +310,22 @@ def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "damage",
+    "damage, problem",
     [
-        lambda path: np.save(path.with_suffix(".npy"), np.zeros((8, 8))) or path.with_suffix(".npy").replace(path),
-        lambda path: _damaged_header(path),
+        (
+            lambda path: np.save(path.with_suffix(".npy"), np.zeros((8, 8))) or path.with_suffix(".npy").replace(path),
+            "not an .npz archive but a bare ndarray",
+        ),
+        (lambda path: _damaged_header(path), "invalid syntax"),
     ],
     ids=["a-bare-npy", "a-damaged-header"],
 )
-def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path, damage):
+def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path, damage, problem):
     graphs = mutag[0][:8]
     first, _ = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
     (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
     damage(stored)
-    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read"):
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read \\(.*{problem}"):
         again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(again, first)
