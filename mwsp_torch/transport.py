@@ -300,6 +300,32 @@ def _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass):
     return n_pos, n_neg
 
 
+#: :func:`_checked_cost` merges two rows again when their squared distance, found as full
+#: sums less partial ones, is under this fraction of ``n_a |a|^2 + n_b |b|^2`` (``n``: a row's
+#: entries); those sums are off by at most about twice that in units of float64's rounding
+#: unit ``u = 2^-53``. Above it the square is off by at most ``2 u / CANCELLATION`` = 2^-32
+#: = 2.3e-10 relative, and the cost by half that.
+CANCELLATION = 2.0**-20
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _checked_cost(indptr, indices, data, squares, a, b, squared):
+    """``sqrt(squared)``, where ``squared`` is ``|a - b|^2`` found as full squared norms less
+    sums over shared columns; if cancellation may have cost it digits, :func:`_row_distance`.
+
+    A row with a large shared entry (a hub's count) and small unshared ones loses the small
+    part in ``|a|^2 - sum_shared a_f^2``: on a review's hub graphs W was off by 1.8e-9 and
+    1.1e-7 relative. Each sum of ``n`` squares is off by at most about ``n u`` of itself, so
+    a square under ``CANCELLATION (n_a |a|^2 + n_b |b|^2)`` is computed again from the
+    differences themselves. Rows of the TU datasets are rarely that close to each other.
+    """
+    n_a = indptr[a + 1] - indptr[a]
+    n_b = indptr[b + 1] - indptr[b]
+    if squared < CANCELLATION * (n_a * squares[a] + n_b * squares[b]):
+        return _row_distance(indptr, indices, data, a, b)
+    return np.sqrt(squared)
+
+
 @njit(cache=True, nogil=True)
 def _scattered_costs(indptr, indices, data, squares, pos_ids, neg_ids, dense, cost):
     """Euclidean costs between two row lists, each row of the second scattered into ``dense``.
@@ -309,7 +335,8 @@ def _scattered_costs(indptr, indices, data, squares, pos_ids, neg_ids, dense, co
     lookup per entry of ``a``: ``|a - b|^2`` is ``sum_(f in a) (a_f - b_f)^2`` plus
     ``|b|^2 - sum_(f in a) b_f^2``, the mass of ``b`` outside ``a``. Both sums run in
     column order as ``squares`` did, so a ``b`` inside ``a`` leaves exactly 0 there and
-    no term can go negative. The way for rows that share most of their few columns
+    no term can go negative; a cost that cancellation may have robbed of digits is merged
+    again (:func:`_checked_cost`). The way for rows that share most of their few columns
     (REDDIT-BINARY d=2,k=0: 3 columns), where :func:`_inverted_costs` walks long lists.
     """
     for q in range(neg_ids.shape[0]):
@@ -325,7 +352,7 @@ def _scattered_costs(indptr, indices, data, squares, pos_ids, neg_ids, dense, co
                 diff = data[t] - other
                 inside += diff * diff
                 shared += other * other
-            cost[p, q] = np.sqrt(inside + (squares[b] - shared))
+            cost[p, q] = _checked_cost(indptr, indices, data, squares, a, b, inside + (squares[b] - shared))
         for t in range(indptr[b], indptr[b + 1]):
             dense[indices[t]] = 0.0
 
@@ -342,7 +369,8 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
     ``sum_shared (a_f - b_f)^2 + (|a|^2 - sum_shared a_f^2) + (|b|^2 - sum_shared b_f^2)``.
     The shared sums run in column order as ``squares`` did, so each bracket is a full sum
     less a partial one of the same terms in the same order: never negative, and exactly 0
-    when a row lies inside the other. Against :func:`_scattered_costs` (the only way without
+    when a row lies inside the other; a cost that cancellation may have robbed of digits
+    is merged again (:func:`_checked_cost`). Against :func:`_scattered_costs` (the only way without
     a table until 2026-11-22), measured by ``benchmarks/costs_without_table.py`` (costs
     alone, one thread): 7.5x fewer seconds on DD d=2,k=1 problems, 4.7x on DD d=2,k=0,
     2.1x on ENZYMES d=3,k=1, 0.39x on REDDIT-BINARY d=2,k=0 (3 columns, all shared);
@@ -406,7 +434,8 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
                 x = nxt[x - 1]
         for i in range(num_touched):
             p = touched[i]
-            cost[p, q] = np.sqrt(inside[p] + (pos_squares[p] - shared_a[p]) + (squares[b] - shared_b[p]))
+            squared = inside[p] + (pos_squares[p] - shared_a[p]) + (squares[b] - shared_b[p])
+            cost[p, q] = _checked_cost(indptr, indices, data, squares, pos_ids[p], b, squared)
             inside[p] = 0.0
             shared_a[p] = 0.0
             shared_b[p] = 0.0
@@ -1118,6 +1147,35 @@ def _distance_table(bank: sp.csr_matrix, device: str, floor: float, dense_gram_b
     return table.clamp_(min=floor).sqrt_()
 
 
+def _recomputed_where_cancelled(table, bank: sp.csr_matrix, chunk: int = 1 << 16):
+    """``table`` (:func:`_distance_table`, floor 0) with each entry that cancellation may
+    have robbed of digits computed again from the two rows' differences, in place.
+
+    ``|a|^2 + |b|^2 - 2 a.b`` is off by at most about ``3 u (n_a |a|^2 + n_b |b|^2)``
+    (``n``: a row's entries, ``u = 2^-53``), so an entry whose square is under
+    ``CANCELLATION`` times that weight (as :func:`_checked_cost` tests it) is replaced by
+    ``|a - b|`` from the sparse rows; the rest are within 1.7e-10 relative. Rows of the TU
+    datasets are rarely that close; a hub's rows, whose counts are huge and differ little, are.
+    """
+    import torch
+
+    if bank.shape[0] < 2:
+        return table
+    entries = np.diff(bank.indptr).astype(np.float64)
+    weight = torch.from_numpy(entries * np.asarray(bank.multiply(bank).sum(axis=1)).ravel()).to(table)
+    suspect = table.square() < CANCELLATION * (weight[:, None] + weight[None, :])
+    suspect.fill_diagonal_(False)
+    where = suspect.nonzero().cpu().numpy()
+    for lo in range(0, len(where), chunk):
+        a, b = where[lo : lo + chunk].T
+        difference = bank[a] - bank[b]
+        exact = np.sqrt(np.asarray(difference.multiply(difference).sum(axis=1)).ravel())
+        table[torch.from_numpy(a).to(table.device), torch.from_numpy(b).to(table.device)] = torch.from_numpy(exact).to(
+            table
+        )
+    return table
+
+
 def _graph_batch(sset: SupportSet, graphs: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Row IDs ``[len(graphs), width]`` (0 on padding) and masses (0 on padding) of ``graphs``."""
     lo = sset.graph_ptr[graphs]
@@ -1324,10 +1382,10 @@ def batched_exact_distances(
     Ground costs come from one table of all row-to-row distances, built on ``device`` from
     the Gram matrix (:func:`_distance_table`: ``|a|^2 + |b|^2 - 2 a.b``, clamped at 0; after
     cancellation no row meets itself). That formula's rounding is about ``1e-16 |a|^2 / |a - b|^2``
-    of a cost: within 2e-15 of the compiled engine on the TU datasets tested (PROTEINS,
-    REDDIT-BINARY), but rows of huge counts that differ little lose digits (a review's
-    synthetic 10,000-node hub graph: 1.1e-8 relative in W; 90,000 nodes: 7.2e-7), where the
-    compiled and thread engines, which take differences, stay exact. The bank's table must fit in
+    of a cost, so rows of huge counts that differ little lost digits (a review's synthetic
+    10,000-node hub graph: 1.1e-8 relative in W; 90,000 nodes: 7.2e-7); the entries where
+    that can pass 2e-10 are taken again from the rows' differences
+    (:func:`_recomputed_where_cancelled`), as the compiled and thread engines take them. The bank's table must fit in
     ``table_bytes`` (default 1 GiB): this engine is for datasets of small graphs.
     On a CPU it is much slower than :func:`exact_distances`; it exists for GPUs and is
     tested on CPU tensors.
@@ -1351,7 +1409,7 @@ def batched_exact_distances(
     pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale = _cancel_pairs(
         pairs, *left.arrays(), *right.arrays()
     )
-    table = _distance_table(bank, device, floor=0.0)
+    table = _recomputed_where_cancelled(_distance_table(bank, device, floor=0.0), bank)
     out = np.zeros(len(pairs), dtype=np.float64)  # pairs with nothing left (same measure): 0
     # Buckets: problems with one point on a side (forced plans) by exact shape, the rest
     # padded to the next multiple of `pad_to` above their shape (at least one dummy a side).

@@ -22,6 +22,7 @@ from mwsp_torch._simplex import CLOSED, cost_width, transport_cost
 from mwsp_torch.transport import (
     PAIR_BLOCK,
     PAIR_CHUNK,
+    SupportSet,
     _bank_arrays,
     _column_method,
     _inverted_costs,
@@ -29,6 +30,7 @@ from mwsp_torch.transport import (
     _row_squares,
     _scattered_costs,
     _width_class,
+    batched_exact_distances,
     cost_matrix,
     exact_distances,
     pot_distances,
@@ -206,6 +208,64 @@ def test_compiled_engine_equals_pot_on_collapsed_pairs(mutag):
         got = model.distances_[pairs[:, 0], pairs[:, 1]]
         np.testing.assert_allclose(got, reference, rtol=1e-9, atol=1e-14)
     assert len(set(model.support_.sizes)) > 5
+
+
+def _hub_supports(seed: int = 0) -> SupportSet:
+    """Graphs over rows that share one huge column (a hub's count, 1e5, the same in each) and
+    differ only in small unshared ones (1e-4 to 1e-3): ``|a|^2 - sum_shared a_f^2`` loses
+    most or all of their digits."""
+    rng = np.random.default_rng(seed)
+    num_rows, num_graphs = 12, 10
+    dense = np.zeros((num_rows, 1 + num_rows))
+    dense[:, 0] = 1e5 + 0.25
+    dense[np.arange(num_rows), 1 + np.arange(num_rows)] = 1e-4 * (1 + 9 * rng.random(num_rows))
+    dense[:, 1 + rng.integers(num_rows, size=num_rows)] += 1e-3 * rng.random(num_rows)
+    graph_ptr, support, counts = [0], [], []
+    for _ in range(num_graphs):
+        rows = np.sort(rng.choice(num_rows, size=int(rng.integers(2, 6)), replace=False))
+        support += list(rows)
+        counts += list(rng.integers(1, 4, size=len(rows)))
+        graph_ptr.append(len(support))
+    counts = np.array(counts, dtype=np.int64)
+    sizes = np.add.reduceat(counts, np.array(graph_ptr[:-1]))
+    return SupportSet(
+        sp.csr_matrix(dense), np.array(graph_ptr, dtype=np.int64), np.array(support, dtype=np.int64), counts, sizes
+    )
+
+
+def _dense_emd(support: SupportSet, pairs: np.ndarray) -> np.ndarray:
+    """POT on each pair's rows as dense arrays, costs from their differences (scipy's cdist)."""
+    from scipy.spatial.distance import cdist
+
+    dense = support.rows.toarray()
+    out = []
+    for i, j in pairs:
+        (sa, wa), (sb, wb) = support.graph(i), support.graph(j)
+        out.append(ot.emd2(wa, wb, cdist(dense[sa], dense[sb])))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("costs", ["lists", "scattered", "merged", "table"])
+def test_costs_of_rows_sharing_a_huge_column_keep_their_small_differences(costs):
+    """A review's hub graphs put W off by 1.8e-9 and 1.1e-7 relative with lists and scattered
+    costs (full squared norms less shared sums); those costs are now merged again when
+    cancellation may have cost them digits."""
+    support = _hub_supports()
+    pairs = upper_pairs(support.num_graphs)
+    expected = _dense_emd(support, pairs)
+    assert np.all(expected > 0) and np.all(expected < 0.01)
+    got = exact_distances(support, support, pairs, costs=costs, n_jobs=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=0)
+
+
+def test_batched_engine_keeps_the_small_differences_of_rows_sharing_a_huge_column():
+    """The batched engine's table comes from a Gram product, ``|a|^2 + |b|^2 - 2 a.b``, which
+    loses the hub rows' small differences as lists and scattered costs did; the entries where
+    it can are computed again from the differences."""
+    support = _hub_supports()
+    pairs = upper_pairs(support.num_graphs)
+    got = batched_exact_distances(support, support, pairs, device="cpu")
+    np.testing.assert_allclose(got, _dense_emd(support, pairs), rtol=1e-9, atol=0)
 
 
 def test_interleaved_chunks_cover_every_pair(mutag):
@@ -576,7 +636,6 @@ def test_batched_simplex_equals_pot(device, m, n, batch, seed, kind):
 @pytest.mark.parametrize(("d", "k", "pad_to"), [(2, 0, 4), (3, 1, 4), (3, 1, 8)])
 def test_batched_engine_equals_compiled_engine(mutag, d, k, pad_to, device):
     """Cancellation, padded buckets and GEMM-built costs: the batched engine gives the compiled engine's W."""
-    from mwsp_torch.transport import batched_exact_distances
 
     graphs = mutag[0][:30]
     model = MWSP(d=d, k=k).fit(graphs)
@@ -589,7 +648,6 @@ def test_batched_engine_refuses_bad_input():
     import torch
 
     from mwsp_torch._batched_simplex import batched_transport_cost
-    from mwsp_torch.transport import batched_exact_distances
 
     one = torch.ones((1, 2), dtype=torch.int64)
     with pytest.raises(ValueError, match="totals differ"):
@@ -612,7 +670,6 @@ def test_batched_engine_refuses_bad_input():
 def test_batched_simplex_on_costs_far_below_one(mutag, device):
     """Padding must not swamp tiny costs: the dummies' wall scales with the costs
     (a wall of 2 max + 1 made MUTAG's W at this scale 125 % off)."""
-    from mwsp_torch.transport import batched_exact_distances
 
     model = MWSP(d=3, k=1).fit(mutag[0][:30])
     support = model.support_
