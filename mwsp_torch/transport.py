@@ -1103,7 +1103,8 @@ def _table_bank(left: SupportSet, right: SupportSet, table_bytes: int, engine: s
     if _table_bytes(bank) > table_bytes:
         raise ValueError(
             f"the {engine} exact engine needs a {rows} x {rows} distance table, "
-            f"over table_bytes={table_bytes}; use exact_distances (CPU) for this dataset"
+            f"over table_bytes={table_bytes}; for this dataset use MWSP(exact_engine='compiled') "
+            "(exact_distances), which needs no such table"
         )
     return bank
 

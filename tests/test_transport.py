@@ -658,7 +658,7 @@ def test_batched_engine_refuses_bad_input():
         batched_transport_cost(one, one, torch.zeros((1, 3, 2), dtype=torch.float64))
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     model = MWSP(d=2, k=1).fit(graphs)
-    with pytest.raises(ValueError, match="use exact_distances"):
+    with pytest.raises(ValueError, match=r"use MWSP\(exact_engine='compiled'\) \(exact_distances\)"):
         batched_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), table_bytes=8)
     with pytest.raises(ValueError, match="checkpoint is only kept"):
         MWSP(exact_engine="batched", checkpoint="somewhere").fit(graphs)
@@ -895,7 +895,7 @@ def test_thread_engine_refuses_bad_input():
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     model = MWSP(d=2, k=1).fit(graphs)
     pairs = upper_pairs(len(graphs))
-    with pytest.raises(ValueError, match="use exact_distances"):
+    with pytest.raises(ValueError, match=r"use MWSP\(exact_engine='compiled'\) \(exact_distances\)"):
         thread_exact_distances(model.support_, model.support_, pairs, table_bytes=8)
     with pytest.raises(ValueError, match="expected 'cpu' or 'cuda"):
         thread_exact_distances(model.support_, model.support_, pairs, device="mps")
