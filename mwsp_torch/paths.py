@@ -35,6 +35,12 @@ PATH_MODES = ("split", "all")
 #: most of a node's time. Longer ones (hubs of REDDIT-BINARY) keep ``np.argsort``.
 SMALL_SORT = 32
 
+#: The most shortest paths between two nodes that int64 counts hold. Every count of paths
+#: ending at a node is at most that node's ``sigma``, so checking ``sigma`` covers them all;
+#: beyond it (a chain of 64 complete bipartite 2 x 2 blocks at ``d >= 64``, or 10 layers of
+#: 128 nodes at ``d = 10``) the counts would wrap to negative weights.
+MAX_PATHS = np.iinfo(np.int64).max
+
 
 @njit(cache=True, nogil=True)
 def _grow(arr, need):
@@ -81,7 +87,8 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     per-node arrays are indexed from ``lo``), appended to ``cols``/``vals`` after entry ``nnz``
     and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz, fresh)``, the buffers grown
     by doubling: one pair of buffers serves every run, as in a single call (buffers per run
-    raised the peak RSS of REDDIT-BINARY d=2,k=2's features by 0.35 GiB)."""
+    raised the peak RSS of REDDIT-BINARY d=2,k=2's features by 0.35 GiB). If some node ``v``
+    has more than ``MAX_PATHS`` shortest paths to one node, ``nnz`` is ``-1 - v`` instead."""
     num_nodes = hi - lo
     num_scales = tree_ids.shape[1]
     dist = np.full(num_nodes, -1, dtype=np.int64)
@@ -121,6 +128,8 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                         order[tail] = w + lo
                         tail += 1
                     if dist[w] == level + 1:
+                        if sigma[w] > MAX_PATHS - sigma[u - lo]:
+                            return cols, vals, -1 - v, fresh  # the count would wrap: the caller names v
                         sigma[w] += sigma[u - lo]
             start = level_end[level]
             level_end[level + 1] = tail
@@ -256,6 +265,13 @@ def node_feature_maps(
             graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
             vocab.offset, lo, hi, row_ptr, cols, vals, nnz,
         )  # fmt: skip
+        if nnz < 0:
+            node = -1 - nnz
+            graph = int(np.searchsorted(graph_set.ptr, node, side="right")) - 1
+            raise ValueError(
+                f"graph {graph}: node {node - int(graph_set.ptr[graph])} has more than 2^63 - 1 shortest paths "
+                f"of at most d={d} edges to one node, too many to count in int64; use a smaller d"
+            )
         if progress is not None:
             progress(stop - first)
     width = max(vocab.size, frozen.size if frozen is not None else 0)

@@ -320,3 +320,33 @@ def test_kernels_of_impossible_distances_are_refused():
     # Rounding-level asymmetry is still symmetrised.
     nearly = np.array([[1.0, 0.5], [0.5 + 1e-15, 1.0]])
     np.testing.assert_allclose(nearly @ krein_projector(nearly, "clip"), [[1.0, 0.5], [0.5, 1.0]], atol=1e-12)
+
+
+def _diamond_chain(layers: int, paths: str) -> Data:
+    """Node 0, then ``layers`` layers of two nodes, each layer joined to the next by all four
+    edges: node 0 has ``2^(L - 1)`` shortest paths to each node of layer ``L``. Under
+    ``paths="split"`` layer 1's two nodes get two labels, so paths differ and weights split."""
+    edges = [(0, 1), (0, 2)] + [
+        (a, b) for layer in range(1, layers) for a in (2 * layer - 1, 2 * layer) for b in (2 * layer + 1, 2 * layer + 2)
+    ]
+    edge_index = torch.tensor(edges).T
+    labels = torch.zeros(2 * layers + 1, dtype=torch.long)
+    if paths == "split":
+        labels[2] = 1
+    return Data(edge_index=torch.cat([edge_index, edge_index.flip(0)], 1), node_label=labels, num_nodes=2 * layers + 1)
+
+
+@pytest.mark.parametrize("paths", ["all", "split"])
+def test_more_shortest_paths_than_int64_counts_is_refused_not_wrapped(paths):
+    """At d=64 node 0 of the chain has 2^63 shortest paths to layer 64: the int64 counts
+    wrapped (a review saw features of -1.8e19 under "all", -1 under "split" and, at d=65, a
+    ZeroDivisionError). At d=63 the counts fit and every weight is positive."""
+    graphs = [make_data(2, [(0, 1)], [0, 0]), _diamond_chain(70, paths)]
+    model = MWSP(d=63, k=0, paths=paths, n_jobs=1).fit(graphs)
+    assert model.features_.data.min() > 0
+    assert model.features_.data.max() >= (2.0**62 if paths == "all" else 1.0)
+    for d in (64, 65):
+        with pytest.raises(
+            ValueError, match=rf"graph 1: node 0 has more than 2\^63 - 1 shortest paths of at most d={d} edges"
+        ):
+            MWSP(d=d, k=0, paths=paths, n_jobs=1).fit(graphs)
