@@ -18,7 +18,17 @@ import csv
 
 import numpy as np
 import scipy.sparse as sp
-from common import PAPER_ABLATION, RESULTS, TU_DATASETS, hop_distances, load, load_raw, save_raw, take_subset
+from common import (
+    PAPER_ABLATION,
+    RESULTS,
+    TU_DATASETS,
+    check_arguments,
+    hop_distances,
+    load,
+    load_raw,
+    save_raw,
+    take_subset,
+)
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 
@@ -93,6 +103,7 @@ def main() -> None:
     parser.add_argument("--eval-jobs", type=int, default=2, help="processes over the outer folds")
     parser.add_argument("--force", action="store_true", help="recompute finished datasets")
     args = parser.parse_args()
+    check_arguments(parser, args, TU_DATASETS)
     for name in args.datasets:
         if load_raw(f"ablation-{name}") is not None and not args.force:
             print(f"{name}: reusing results/raw/ablation-{name}.json (--force recomputes)", flush=True)
@@ -109,7 +120,9 @@ def main() -> None:
         d, k = (int(v) for v in best.split(","))
         wsp = {s: r for s, r in per.items() if s.endswith(",0")}
         wsp_best = max(wsp, key=lambda s: wsp[s]["accuracy_mean"])
-        gfm = paper_protocol(graph_feature_distances(graphs, labels, d, k), y, n_splits=folds, n_jobs=args.eval_jobs)
+        gfm = paper_protocol(
+            graph_feature_distances(graphs, labels, d, k), y, n_splits=folds, n_jobs=args.eval_jobs, progress=True
+        )
         sp_mean, sp_std = linear_kernel_accuracy(sp_kernel(graphs, labels), y, folds)
         row = {"dataset": name, "MWSP": per[best]["accuracy_mean"], "MWSP_dk": best,
                "WSP": wsp[wsp_best]["accuracy_mean"], "WSP_d": wsp_best.split(",")[0],

@@ -31,6 +31,7 @@ from common import (
     RESULTS,
     TU_DATASETS,
     add_run_arguments,
+    check_arguments,
     distances,
     load,
     load_raw,
@@ -177,6 +178,7 @@ def main() -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--tables-only", action="store_true", help="rewrite the tables from finished datasets")
     args = parser.parse_args()
+    check_arguments(parser, args, TU_DATASETS)
     for name in [] if args.tables_only else args.datasets:
         run_dataset(name, args)
     finished = [load_raw(f"accuracy-{name}") for name in TU_DATASETS]

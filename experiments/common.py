@@ -59,6 +59,7 @@ __all__ = [
     "cached_distances",
     "default_labels",
     "add_run_arguments",
+    "check_arguments",
     "hardware",
     "hop_distances",
     "load",
@@ -97,6 +98,38 @@ def add_run_arguments(parser, datasets) -> None:
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds of distance computation per dataset")
     parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
     parser.add_argument("--eval-jobs", type=int, default=2, help="processes over outer folds of the SVM protocols")
+
+
+def check_arguments(parser, args, datasets, max_scale: int | None = None) -> None:
+    """Refuse, by ``parser.error`` and before any work, what the scripts' options cannot mean:
+    a dataset outside ``datasets``, a value given twice, ``d`` or ``k`` below 0 (or above
+    ``max_scale``), a budget that is not positive, 0 or < -1 workers, fewer than 1 repeat, a
+    negative subset. Without it these failed as tracebacks, some only after every distance
+    matrix was computed (``--repeats 0``), or were done twice (``--datasets MUTAG MUTAG``)."""
+    names = list(getattr(args, "datasets", []))
+    unknown = [name for name in names if name not in datasets]
+    if unknown:
+        parser.error(f"--datasets: {', '.join(unknown)} not among {', '.join(datasets)}")
+    lists = {"--datasets": names, "--d": getattr(args, "d", []), "--k": getattr(args, "k", [])}
+    for option, values in lists.items():
+        repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+        if repeated:
+            parser.error(f"{option}: {', '.join(repeated)} given more than once")
+    for option in ("d", "k"):
+        for value in getattr(args, option, []):
+            if value < 0 or (max_scale is not None and value > max_scale):
+                top = f" and <= {max_scale}" if max_scale is not None else ""
+                parser.error(f"--{option} {value}: must be >= 0{top}")
+    if getattr(args, "budget", 1.0) <= 0 or not np.isfinite(getattr(args, "budget", 1.0)):
+        parser.error(f"--budget {args.budget}: must be a number of seconds > 0")
+    for option in ("n_jobs", "eval_jobs"):
+        value = getattr(args, option, -1)
+        if value == 0 or value < -1:
+            parser.error(f"--{option.replace('_', '-')} {value}: must be >= 1, or -1 for all cores")
+    if getattr(args, "repeats", 1) < 1:
+        parser.error(f"--repeats {args.repeats}: must be >= 1")
+    if isinstance(getattr(args, "subset", 0), int) and args.subset < 0:
+        parser.error(f"--subset {args.subset}: must be >= 0 (0: all graphs)")
 
 
 def take_subset(name: str, graphs, y, size: int, seed: int = 0):

@@ -18,7 +18,17 @@ import argparse
 import csv
 import time
 
-from common import PAPER_SECONDS, RESULTS, TU_DATASETS, cached_distances, code_version, hardware, load, take_subset
+from common import (
+    PAPER_SECONDS,
+    RESULTS,
+    TU_DATASETS,
+    cached_distances,
+    check_arguments,
+    code_version,
+    hardware,
+    load,
+    take_subset,
+)
 
 from mwsp_torch import MWSP
 from mwsp_torch.transport import resolve_n_jobs
@@ -47,6 +57,7 @@ def main() -> None:
         help="time a stratified subset (accuracy.py --subset, from its cached W) and extrapolate by pair count",
     )
     args = parser.parse_args()
+    check_arguments(parser, args, TU_DATASETS)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "timing.csv"
     rows = {}
