@@ -128,8 +128,9 @@ def check_arguments(parser, args, datasets, max_scale: int | None = None) -> Non
             parser.error(f"--{option.replace('_', '-')} {value}: must be >= 1, or -1 for all cores")
     if getattr(args, "repeats", 1) < 1:
         parser.error(f"--repeats {args.repeats}: must be >= 1")
-    if isinstance(getattr(args, "subset", 0), int) and args.subset < 0:
-        parser.error(f"--subset {args.subset}: must be >= 0 (0: all graphs)")
+    subset = getattr(args, "subset", 0)
+    if isinstance(subset, int) and subset < 0:  # timing.py's --subset is NAME=SIZE pairs
+        parser.error(f"--subset {subset}: must be >= 0 (0: all graphs)")
 
 
 def take_subset(name: str, graphs, y, size: int, seed: int = 0):

@@ -63,6 +63,16 @@ def test_good_options_pass_and_scales_can_be_capped(capsys):
     assert "--d 7: must be >= 0 and <= 6" in capsys.readouterr().err
 
 
+def test_scripts_without_the_run_options_pass():
+    """ablation.py and timing.py have only some of the options; timing.py's --subset is a list."""
+    parser = argparse.ArgumentParser(prog="script")
+    parser.add_argument("--datasets", nargs="+", default=["MUTAG"])
+    parser.add_argument("--eval-jobs", type=int, default=2)
+    check_arguments(parser, parser.parse_args([]), ("MUTAG",))
+    parser.add_argument("--subset", nargs="*", default=[])
+    check_arguments(parser, parser.parse_args(["--subset", "MUTAG=10"]), ("MUTAG",))
+
+
 @pytest.mark.parametrize("script", ["accuracy.py", "ablation.py", "sensitivity.py", "timing.py"])
 def test_each_script_checks_its_options_before_any_work(script, tmp_path):
     """Run from another folder, with a data root that does not exist: the refusal comes first."""
