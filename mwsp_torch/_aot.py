@@ -71,8 +71,9 @@ KERNELS_ENV = "MWSP_KERNELS"
 KERNEL_DIR_ENV = "MWSP_KERNEL_DIR"
 MODES = ("auto", "aot", "jit")
 
-#: The modules whose numba functions the entry points compile; their sources name the build.
-SOURCE_MODULES = ("_aot", "_interning", "_simd", "_simplex", "labels", "paths", "transport", "trees")
+#: The modules whose numba functions (and intrinsics) the entry points compile; their
+#: sources name the build.
+SOURCE_MODULES = ("_aot", "_borrow", "_interning", "_simd", "_simplex", "labels", "paths", "transport", "trees")
 
 # Argument codes: C-contiguous, writeable arrays of a dtype and rank, or int64 / boolean scalars.
 _ARRAYS = {"i1": (np.int64, 1), "i2": (np.int64, 2), "f1": (np.float64, 1), "f2": (np.float64, 2)}

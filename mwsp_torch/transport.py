@@ -47,6 +47,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from mwsp_torch import _aot
+from mwsp_torch._borrow import borrowed, borrowed_run, release
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch._numba_setup import numba_ready
@@ -63,6 +64,10 @@ PAIR_CHUNK = 256
 #: whatever heavy pairs a run of the tile held: on DD's heavy-tailed sizes two threads did
 #: 1,000 pairs only 1.44x faster than one. Interleaved blocks give each thread a sample.
 PAIR_BLOCK = 8
+
+#: Cost entries of the buffer each thread of the exact kernel keeps for its pairs' cost
+#: matrices (64 K float64, 512 KiB: problems to 256 x 256); larger ones are allocated per pair.
+COST_POOL = 1 << 16
 
 #: Ways to the ground costs of :func:`exact_distances` (``costs=``); see there.
 COST_METHODS = ("auto", "table", "lists", "scattered", "merged")
@@ -447,23 +452,28 @@ def _inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost
 
 
 @njit(cache=True, nogil=True)
-def _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head):
+def _pair_distance(
+    sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head, pos_ids, pos_mass, neg_ids, neg_mass,
+    cost_pool,
+):  # fmt: skip
     """Exact W between two collapsed graphs sharing one row bank.
 
     W1 with a metric ground cost depends only on ``a - b`` (Kantorovich-Rubinstein),
     so mass on rows both graphs carry cancels exactly; what is left is a smaller
     transportation problem between disjoint point sets, in integer masses
-    (``count * other graph's size``).
+    (``count * other graph's size``). ``pos_*`` and ``neg_*`` are work arrays of at least
+    ``len(sa)`` and ``len(sb)`` entries; the costs are carved from ``cost_pool`` (a borrowed
+    view, :mod:`mwsp_torch._borrow`) when they fit, else allocated.
     """
-    pos_ids = np.empty(sa.shape[0], dtype=np.int64)
-    pos_mass = np.empty(sa.shape[0], dtype=np.int64)
-    neg_ids = np.empty(sb.shape[0], dtype=np.int64)
-    neg_mass = np.empty(sb.shape[0], dtype=np.int64)
     n_pos, n_neg = _cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass)
     if n_pos == 0:
         return 0.0
     # Rows padded as the solver prices them (columns past n_neg are its scratch): no copy there.
-    cost = np.empty((n_pos, cost_width(n_neg)), dtype=np.float64)
+    width = cost_width(n_neg)
+    if n_pos * width <= cost_pool.shape[0]:
+        cost = cost_pool[: n_pos * width].reshape((n_pos, width))
+    else:
+        cost = np.empty((n_pos, width), dtype=np.float64)
     if table.shape[0] > 0:
         for p in range(n_pos):
             for q in range(n_neg):
@@ -519,15 +529,50 @@ def _pairs_chunks(
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
+    # Every array a pair reads or writes as a borrowed view (mwsp_torch._borrow): numba's
+    # atomic reference counts of them, some forty a pair, cost 1.1x on an Intel Xeon. The
+    # caller holds the arguments for the whole call.
+    pairs, out, table, squares = borrowed(pairs), borrowed(out), borrowed(table), borrowed(squares)
+    l_ptr, l_sup, l_cnt, l_size = borrowed(l_ptr), borrowed(l_sup), borrowed(l_cnt), borrowed(l_size)
+    r_ptr, r_sup, r_cnt, r_size = borrowed(r_ptr), borrowed(r_sup), borrowed(r_cnt), borrowed(r_size)
+    indptr, indices, data = borrowed(indptr), borrowed(indices), borrowed(data)
+    # Work arrays for the cancelled supports, and costs up to COST_POOL entries, once per call.
+    most_a = _longest_run(l_ptr)
+    most_b = _longest_run(r_ptr)
+    work_owner = np.empty(2 * most_a + 2 * most_b, dtype=np.int64)
+    cost_owner = np.empty(COST_POOL, dtype=np.float64)
+    pos_ids, pos_mass = borrowed_run(work_owner, 0, most_a), borrowed_run(work_owner, most_a, most_a)
+    neg_ids, neg_mass = (
+        borrowed_run(work_owner, 2 * most_a, most_b),
+        borrowed_run(work_owner, 2 * most_a + most_b, most_b),
+    )
+    cost_pool = borrowed(cost_owner)
     for c in range(first, num_chunks, step):
-        dense = np.zeros(dense_columns, dtype=np.float64)
-        head = np.zeros(head_columns, dtype=np.int32)
+        dense_owner = np.zeros(dense_columns, dtype=np.float64)
+        head_owner = np.zeros(head_columns, dtype=np.int32)
+        dense, head = borrowed(dense_owner), borrowed(head_owner)
         for b in range(c, num_blocks, num_chunks):
             for t in range(b * PAIR_BLOCK, min((b + 1) * PAIR_BLOCK, num_pairs)):
                 sa, ca, na, sb, cb, nb = _pair_supports(
                     pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
                 )
-                out[t] = _pair_distance(sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head)
+                out[t] = _pair_distance(
+                    sa, ca, na, sb, cb, nb, indptr, indices, data, table, squares, dense, head, pos_ids, pos_mass,
+                    neg_ids, neg_mass, cost_pool,
+                )  # fmt: skip
+        release(dense_owner)
+        release(head_owner)
+    release(work_owner)
+    release(cost_owner)
+
+
+@njit(cache=True, nogil=True)
+def _longest_run(ptr):
+    """The most entries between consecutive offsets of ``ptr`` (0 for one offset)."""
+    most = 0
+    for g in range(ptr.shape[0] - 1):
+        most = max(most, ptr[g + 1] - ptr[g])
+    return most
 
 
 @njit(cache=True)

@@ -274,11 +274,13 @@ def test_build_key_follows_every_source_module(tmp_path, monkeypatch):
 
 
 def test_source_modules_are_every_module_with_numba_kernels():
-    # A module of numba CPU functions is either compiled into the extension (its source names
-    # the build) or deliberately outside it: numba's set-up itself. (The thread engine's
-    # kernels are made inside a function, for the CPU or CUDA, and stay on numba's JIT.)
+    # A module of numba CPU functions or intrinsics is either compiled into the extension (its
+    # source names the build) or deliberately outside it: numba's set-up itself. (The thread
+    # engine's kernels are made inside a function, for the CPU or CUDA, and stay on numba's JIT.)
     package = Path(_aot.__file__).parent
-    with_numba = {path.stem for path in package.glob("*.py") if re.search(r"^@njit", path.read_text(), re.M)}
+    with_numba = {
+        path.stem for path in package.glob("*.py") if re.search(r"^@(njit|intrinsic)", path.read_text(), re.M)
+    }
     assert with_numba == (set(_aot.SOURCE_MODULES) - {"_aot"}) | {"_numba_setup"}
     for module_name, function, _, _ in _aot.ENTRIES.values():
         assert module_name in _aot.SOURCE_MODULES, function

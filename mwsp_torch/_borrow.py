@@ -1,0 +1,85 @@
+"""Array views that numba does not reference-count, for the exact solver's hot loops.
+
+Why: numba counts references to an array's memory with atomic (``lock``-prefixed) adds each
+time an array is bound to a variable, passed to an inlined helper or sliced, and its pruning
+pass removes only the pairs it can see within simple control flow. An NCI1 solve made about
+275 increments and 280 decrements (counted by an instrumented runtime, eleventh session of
+2026-11-25 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
+first ran on an uncontended atomic add cost about a plain one; on the Intel Xeon it runs on
+now, the same solves took 1.13-1.5x longer with atomic counts than with plain ones.
+
+:func:`borrowed` and :func:`borrowed_run` return views whose memory-info pointer is null, so
+numba's increments and decrements of them return at once (its runtime checks for null
+first). A borrowed view does not keep its memory alive: the caller must hold the owning
+array, by a use of it after the view's last use (:func:`release` is such a use), for as long
+as the view is read or written. The solver's arguments are held by its caller for the whole
+call; its own work arrays are released at its end.
+"""
+
+from __future__ import annotations
+
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def _null_owner(context, builder, view):
+    """Clear ``view``'s memory-info and parent pointers (numba's owner of the data)."""
+    view.meminfo = cgutils.get_null_value(view.meminfo.type)
+    view.parent = cgutils.get_null_value(view.parent.type)
+    return view._getvalue()
+
+
+@intrinsic
+def borrowed(typingctx, array):
+    """The same array (shape, strides, data) without an owner: not reference-counted."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        view = context.make_array(signature.args[0])(context, builder, value=args[0])
+        return _null_owner(context, builder, view)
+
+    return array(array), codegen
+
+
+@intrinsic
+def borrowed_run(typingctx, array, start, size):
+    """``array[start : start + size]`` of a C-contiguous 1-D array, without an owner and
+    without bounds checks (the caller's duty)."""
+    if not (isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"):
+        return None
+    if not (isinstance(start, types.Integer) and isinstance(size, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        source = context.make_array(aryty)(context, builder, value=args[0])
+        view = context.make_array(aryty)(context, builder)
+        intp = context.get_value_type(types.intp)
+        first = builder.sext(args[1], intp) if args[1].type.width < intp.width else args[1]
+        count = builder.sext(args[2], intp) if args[2].type.width < intp.width else args[2]
+        context.populate_array(
+            view,
+            data=builder.gep(source.data, [first]),
+            shape=cgutils.pack_array(builder, [count]),
+            strides=cgutils.pack_array(builder, [source.itemsize]),
+            itemsize=source.itemsize,
+            meminfo=None,
+        )
+        return _null_owner(context, builder, view)
+
+    return array(array, types.intp, types.intp), codegen
+
+
+@intrinsic
+def release(typingctx, array):
+    """A use of ``array`` that does nothing: the owner of borrowed views stays alive (numba
+    frees an array after its variable's last use) until this point."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+
+    return types.none(array), codegen
