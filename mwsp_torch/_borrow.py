@@ -1,10 +1,10 @@
 """Array views that numba does not reference-count, for the exact solver's hot loops.
 
-Why: numba counts references to an array's memory with atomic (``lock``-prefixed) adds each
-time an array is bound to a variable, passed to an inlined helper or sliced, and its pruning
-pass removes only the pairs it can see within simple control flow. An NCI1 solve made about
-275 increments and 280 decrements (counted by an instrumented runtime, eleventh session of
-2026-11-25 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
+Why: numba counts references to an array's memory with atomic (``lock``-prefixed) adds
+whenever a new variable holds it (an inlined helper's argument, a slice, a loop's iterator),
+and its pruning pass removes only the pairs it can see within simple control flow. An NCI1 solve made about
+275 increments and 280 decrements (counted by an instrumented runtime, first session of
+2026-11-26 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
 first ran on an uncontended atomic add cost about a plain one; on the Intel Xeon it runs on
 now, the same solves took 1.13-1.5x longer with atomic counts than with plain ones.
 
