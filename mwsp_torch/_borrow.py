@@ -2,9 +2,9 @@
 
 Why: numba counts references to an array's memory with atomic (``lock``-prefixed) adds
 whenever a new variable holds it (an inlined helper's argument, a slice, a loop's iterator),
-and its pruning pass removes only the pairs it can see within simple control flow. An NCI1 solve made about
-275 increments and 280 decrements (counted by an instrumented runtime, first session of
-2026-11-26 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
+and its pruning pass removes only the pairs it can see within simple control flow. An NCI1
+solve made about 275 increments and 280 decrements (counted by an instrumented runtime, first
+session of 2026-11-26 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
 first ran on an uncontended atomic add cost about a plain one; on the Intel Xeon it runs on
 now, the same solves took 1.13-1.5x longer with atomic counts than with plain ones.
 
@@ -53,21 +53,20 @@ def borrowed_run(typingctx, array, start, size):
         return None
 
     def codegen(context, builder, signature, args):
+        # The signature takes start and size as intp, so numba has converted them already;
+        # populate_array leaves the memory-info and parent pointers null.
         aryty = signature.args[0]
         source = context.make_array(aryty)(context, builder, value=args[0])
         view = context.make_array(aryty)(context, builder)
-        intp = context.get_value_type(types.intp)
-        first = builder.sext(args[1], intp) if args[1].type.width < intp.width else args[1]
-        count = builder.sext(args[2], intp) if args[2].type.width < intp.width else args[2]
         context.populate_array(
             view,
-            data=builder.gep(source.data, [first]),
-            shape=cgutils.pack_array(builder, [count]),
+            data=builder.gep(source.data, [args[1]]),
+            shape=cgutils.pack_array(builder, [args[2]]),
             strides=cgutils.pack_array(builder, [source.itemsize]),
             itemsize=source.itemsize,
             meminfo=None,
         )
-        return _null_owner(context, builder, view)
+        return view._getvalue()
 
     return array(array, types.intp, types.intp), codegen
 

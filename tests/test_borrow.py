@@ -30,7 +30,7 @@ def _write_through_views(owner, start, size):
 def _matrix_view(owner):
     view = borrowed(owner)
     flat = view.ravel()
-    return view[1, 2], flat[1 * owner.shape[1] + 2], view.shape[0], view.shape[1]
+    return view[1, 2], flat[owner.shape[1] + 2], view.shape[0], view.shape[1]
 
 
 def test_borrowed_views_read_and_write_the_owners_memory():
