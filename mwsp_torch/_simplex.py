@@ -157,6 +157,12 @@ POT_REL_TOL = 1e-15
 #: ancestor sets as int64 bit masks, larger ones as a thread (see the module notes).
 MASK_MAX_NODES = 63
 
+#: The start orders up to this many rows by counting, for each row, the rows before it in
+#: the order (``m^2`` branch-free comparisons, vectorised); an insertion sort's data-dependent
+#: loop exits were mispredicted about once a row (1.03x on NCI1 solves; second session of
+#: 2026-11-26). Larger problems sort stably (the same order).
+RANK_SORT_MAX_ROWS = 64
+
 
 @njit(cache=True, nogil=True)
 def cost_width(n):
@@ -334,8 +340,7 @@ def transport_cost(
     demand_pot = pot[m:]
     scale = 0.0
     for p in range(m):
-        for q in range(n):
-            scale = max(scale, abs(cost[p, q]))
+        scale = max(scale, _max_abs(cost[p], n))
     tol = 1e-14 * max(scale, 1e-300)
     # Reduced costs are (c - v) - u: their rounding grows with the potentials, which drift
     # far beyond the costs over many pivots (DD graphs 5 and 21: |u| to 1,757 with costs
@@ -432,9 +437,13 @@ def _first_tree(
             last[order[i]] = order[i + size[order[i]] - 1]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _max_abs(values, n):
-    """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's potential bound."""
+    """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's cost scale and
+    potential bound. ``fastmath`` lets LLVM vectorise it (the maximum is exact in any order,
+    and costs and potentials are finite); numba's own ``max`` of floats, which handles NaN,
+    ran one element after another: the costs' scale, in a double loop so, took about 6 % of
+    an NCI1 solve (second session of 2026-11-26, ``benchmarks/HISTORY.md``)."""
     top = 0.0
     for i in range(n):
         top = max(top, abs(values[i]))
@@ -553,16 +562,24 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
     supplies = (np.int64(1) << m) - 1
     minus = (side_a & ~supplies) | (side_b & supplies)
     plus = (side_a & supplies) | (side_b & ~supplies)
+    # theta: the lexicographically smallest flow on a '-' arc (unique: see _push), by selects
+    # on one integer key a flow, `units * 256 + eps`. That orders flows as (units, eps) do
+    # because |eps| < 128: a basic arc's eps part is the net perturbation on one side of the
+    # tree's cut, between -m and m, and m <= 62 on masks. A branch per arc was mispredicted
+    # (1.05-1.07x on NCI1 solves; second session of 2026-11-26).
     leave_node = -1
-    th_u = 0
-    th_e = 0
-    bits = minus  # theta: the lexicographically smallest flow on a '-' arc (unique: see _push)
+    best = np.int64(0x7FFFFFFFFFFFFFFF)
+    bits = minus
     while bits:
         w = lowest_bit(bits)
         bits &= bits - 1
         a = parent_arc[w]
-        if leave_node < 0 or _lex_less(f_u[a], f_e[a], th_u, th_e):
-            leave_node, th_u, th_e = w, f_u[a], f_e[a]
+        key = (f_u[a] << 8) + f_e[a]
+        better = key < best
+        best = key if better else best
+        leave_node = w if better else leave_node
+    th_u = f_u[parent_arc[leave_node]]
+    th_e = f_e[parent_arc[leave_node]]
     bits = minus
     while bits:
         a = parent_arc[lowest_bit(bits)]
@@ -656,14 +673,17 @@ def _rehang_masks(
     # Potentials: u_p + v_q = c_pq on the entering arc, + on inner's side.
     shift = cost[enter_p, enter_q] - pot[outer] - pot[inner]
     shift_supply = shift if inner < m else -shift
-    k = 0
-    stem[0] = inner
-    down[0] = 1 << inner
-    while stem[k] != leave_node:
-        stem[k + 1] = parent[stem[k]]
-        down[k + 1] = down[k] | (1 << stem[k + 1])
+    k = 0  # the stem climbed in registers (its arrays are only written here)
+    node = inner
+    stem_mask = np.int64(1) << inner
+    stem[0] = node
+    down[0] = stem_mask
+    while node != leave_node:
+        node = parent[node]
+        stem_mask |= np.int64(1) << node
         k += 1
-    stem_mask = down[k]
+        stem[k] = node
+        down[k] = stem_mask
     _reverse_stem(outer, leave, k, stem, parent, parent_arc)
     members = 0  # T as a mask
     for w in range(num_nodes):
@@ -818,7 +838,7 @@ def _row_minimum_start(
     cost, n, flat, stride, chunks, padded, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, finish
 ):  # fmt: skip
     """Rows in turn send to their cheapest open columns (cheap; good for small problems),
-    rows with the cheapest minimum first (an insertion sort of the row minima: fewer pivots
+    rows with the cheapest minimum first (sorted by their minima, ties by index: fewer pivots
     follow than in index order, NCI1 37 to 33 a solve, DD d=2,k=1 3,127 to 2,715; a true
     least-cost start, the cheapest open cell of all each time, cut DD's pivots to 2,253 but
     was slower overall, its start dearer and its pivots too).
@@ -842,15 +862,9 @@ def _row_minimum_start(
     lows_owner = np.empty(m, dtype=np.float64)
     rows_owner = np.empty(m, dtype=np.int64)
     offset, lows, rows = borrowed(offset_owner), borrowed(lows_owner), borrowed(rows_owner)
-    for p in range(m):  # insertion sort of the rows by their minima
-        low = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
-        i = p
-        while i > 0 and lows[i - 1] > low:
-            lows[i] = lows[i - 1]
-            rows[i] = rows[i - 1]
-            i -= 1
-        lows[i] = low
-        rows[i] = p
+    for p in range(m):
+        lows[p] = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
+    _rows_by_minimum(lows, rows, RANK_SORT_MAX_ROWS)
     count = 0
     for p in rows:
         row = cost[p]
@@ -878,6 +892,23 @@ def _row_minimum_start(
     release(lows_owner)
     release(rows_owner)
     return root
+
+
+@njit(cache=True, nogil=True)
+def _rows_by_minimum(lows, rows, rank_sort_max_rows):
+    """Row indices into ``rows`` in ascending order of ``lows``, ties by index (a stable
+    sort): up to ``rank_sort_max_rows`` rows, each row's rank counted branch-free
+    (``RANK_SORT_MAX_ROWS``), else ``np.argsort``'s merge sort."""
+    m = lows.shape[0]
+    if m <= rank_sort_max_rows:
+        for p in range(m):
+            low = lows[p]
+            rank = 0
+            for j in range(m):
+                rank += (lows[j] < low) | ((lows[j] == low) & (j < p))
+            rows[rank] = p
+    else:
+        rows[:] = np.argsort(lows, kind="mergesort")
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -18,7 +18,7 @@ from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, make_csl
 from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
-from mwsp_torch._simplex import CLOSED, cost_width, transport_cost
+from mwsp_torch._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
 from mwsp_torch.transport import (
     PAIR_BLOCK,
     PAIR_CHUNK,
@@ -136,6 +136,25 @@ def _check(counts_a, counts_b, cost):
     wide = np.full((m, cost_width(n) + 3), np.nan)
     wide[:, :n] = cost
     assert transport_cost(counts_a * nb, counts_b * na, wide) == transport_cost(counts_a * nb, counts_b * na, cost)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=90), st.sampled_from([0, 64, 1 << 30]))
+def test_start_orders_rows_as_a_stable_sort(values, rank_sort_max_rows):
+    # The row-minimum start takes rows by their minima, ties by index, whether it counts
+    # ranks (up to RANK_SORT_MAX_ROWS rows) or sorts: both must give a stable sort's order.
+    lows = np.array(values, dtype=np.float64) / 4
+    rows = np.full(len(lows), -1, dtype=np.int64)
+    _rows_by_minimum(lows, rows, rank_sort_max_rows)
+    np.testing.assert_array_equal(rows, np.argsort(lows, kind="stable"))
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=70))
+def test_max_abs_is_the_exact_largest_magnitude(values):
+    # Vectorised under fastmath, in any order: still exactly one of the magnitudes.
+    array = np.array(values, dtype=np.float64)
+    assert _max_abs(array, len(array)) == np.max(np.abs(array))
+    assert _max_abs(array, 0) == 0.0
 
 
 @settings(max_examples=300, deadline=None)
