@@ -44,6 +44,13 @@ VECTORS = 4
 #: Columns consumed per step of the vector loop.
 STEP = LANES * VECTORS
 
+#: :func:`padded_row_min` takes rows of up to this many vector registers in straight-line
+#: code (the solver pads rows under 40 columns, so at most 10), not in a loop: the loop's
+#: counter, compare and branch were a third of each row's instructions in pricing, where a
+#: profile of the engine (``perf``, second session of 2026-11-26) put half the solver's
+#: own samples.
+UNROLLED_CHUNKS = 10
+
 
 def _splat(builder, value):
     """``value`` (a double) in every lane of one vector register."""
@@ -173,7 +180,25 @@ def _padded_min_difference(typingctx, flat, start, offset, chunks):
         entry = builder.block
         loop = builder.append_basic_block("padded_min_loop")
         done = builder.append_basic_block("padded_min_done")
-        builder.cbranch(builder.icmp_signed(">", count, ir.Constant(index_type, 1)), loop, done)
+        # Up to UNROLLED_CHUNKS chunks: straight-line code, the chunks' minima paired off as
+        # a tree; more (never for rows the solver pads): the loop. The row's count of chunks
+        # is fixed for a whole solve, so the switch is predicted.
+        switch = builder.switch(count, loop)
+        switch.add_case(ir.Constant(index_type, 1), done)
+        reached = [(first, entry)]
+        for size in range(2, UNROLLED_CHUNKS + 1):
+            block = builder.append_basic_block(f"padded_min_{size}")
+            switch.add_case(ir.Constant(index_type, size), block)
+            builder.position_at_end(block)
+            level = [first] + [
+                _differences(builder, row_data, offset_data, ir.Constant(index_type, j * LANES)) for j in range(1, size)
+            ]
+            while len(level) > 1:
+                pairs = zip(level[::2], level[1::2], strict=False)  # an odd one out waits a level
+                paired = [builder.select(builder.fcmp_ordered("<", b, a), b, a) for a, b in pairs]
+                level = paired + level[len(paired) * 2 :]
+            reached.append((level[0], block))
+            builder.branch(done)
 
         builder.position_at_end(loop)
         chunk = builder.phi(index_type)
@@ -189,7 +214,8 @@ def _padded_min_difference(typingctx, flat, start, offset, chunks):
 
         builder.position_at_end(done)
         final = builder.phi(vector)
-        final.add_incoming(first, entry)
+        for value, block in reached:
+            final.add_incoming(value, block)
         final.add_incoming(updated, loop)
         half = LANES // 2
         lanes = ir.IntType(32)
