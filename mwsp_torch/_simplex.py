@@ -441,9 +441,9 @@ def _first_tree(
 def _max_abs(values, n):
     """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's cost scale and
     potential bound. ``fastmath`` lets LLVM vectorise it (the maximum is exact in any order,
-    and costs and potentials are finite); numba's own ``max`` of floats, which handles NaN,
-    ran one element after another: the costs' scale, in a double loop so, took about 6 % of
-    an NCI1 solve (second session of 2026-11-26, ``benchmarks/HISTORY.md``)."""
+    and costs and potentials are finite). numba's own ``max`` of floats handles NaN and ran
+    one element at a time: the costs' scale, taken that way over all ``m n`` costs, was about
+    6 % of an NCI1 solve (second session of 2026-11-26, ``benchmarks/HISTORY.md``)."""
     top = 0.0
     for i in range(n):
         top = max(top, abs(values[i]))
@@ -562,11 +562,11 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
     supplies = (np.int64(1) << m) - 1
     minus = (side_a & ~supplies) | (side_b & supplies)
     plus = (side_a & supplies) | (side_b & ~supplies)
-    # theta: the lexicographically smallest flow on a '-' arc (unique: see _push), by selects
-    # on one integer key a flow, `units * 256 + eps`. That orders flows as (units, eps) do
-    # because |eps| < 128: a basic arc's eps part is the net perturbation on one side of the
-    # tree's cut, between -m and m, and m <= 62 on masks. A branch per arc was mispredicted
-    # (1.05-1.07x on NCI1 solves; second session of 2026-11-26).
+    # theta: the lexicographically smallest flow on a '-' arc (unique: see _push), found by
+    # selects on one integer key per flow, `units * 256 + eps`. The key orders flows as
+    # (units, eps) does because |eps| < 128: a basic arc's eps part is the net perturbation on
+    # one side of the tree's cut, between -m and m, and m <= 62 on masks. A branch per arc
+    # was mispredicted (the key: 1.05-1.07x on NCI1 solves; second session of 2026-11-26).
     leave_node = -1
     best = np.int64(0x7FFFFFFFFFFFFFFF)
     bits = minus
