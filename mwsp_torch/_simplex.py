@@ -578,8 +578,9 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
         better = key < best
         best = key if better else best
         leave_node = w if better else leave_node
-    th_u = f_u[parent_arc[leave_node]]
-    th_e = f_e[parent_arc[leave_node]]
+    leave = parent_arc[leave_node]
+    th_u = f_u[leave]
+    th_e = f_e[leave]
     bits = minus
     while bits:
         a = parent_arc[lowest_bit(bits)]
@@ -592,7 +593,7 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
         bits &= bits - 1
         f_u[a] += th_u
         f_e[a] += th_e
-    return parent_arc[leave_node], leave_node, ((side_a >> leave_node) & 1) == 1, th_u, th_e
+    return leave, leave_node, ((side_a >> leave_node) & 1) == 1, th_u, th_e
 
 
 @njit(cache=True, nogil=True)
