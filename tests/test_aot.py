@@ -77,10 +77,14 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
     compiled = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
     expected = {"label_ids", "path_features", "intern_sparse_rows", "pairs_chunks", "table_part", "mirror_part"}
     assert expected | ({"tree_ids"} if k > 0 else set()) <= recording.names()
-    # Each threaded entry point ran once per thread, each thread on its own share.
-    for name_ in ("pairs_chunks", "table_part", "mirror_part"):
+    # The table's entry points ran once per thread, each thread on its own share; the pairs'
+    # once per chunk (handed to whichever thread was free), each chunk of the tile once.
+    for name_ in ("table_part", "mirror_part"):
         shares = [call[1:] for call in recording.calls if call[0] == name_]
         assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
+    chunks = [call[1:] for call in recording.calls if call[0] == "pairs_chunks"]
+    num_chunks = chunks[0][1]
+    assert num_chunks >= 2 and sorted(chunks) == [(c, num_chunks) for c in range(num_chunks)]
     use(None)
     jit = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
     np.testing.assert_array_equal(compiled.distances_, jit.distances_)

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
-from mwsp_torch import MWSP, make_csl
+from mwsp_torch import MWSP, _aot, make_csl
 from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
 from mwsp_torch._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
 from mwsp_torch.transport import (
@@ -297,6 +298,43 @@ def test_interleaved_chunks_cover_every_pair(mutag):
     got = exact_distances(support, support, pairs, n_jobs=2)
     one_by_one = np.concatenate([exact_distances(support, support, pairs[t : t + 1]) for t in range(len(pairs))])
     np.testing.assert_array_equal(got, one_by_one)
+
+
+@pytest.mark.parametrize(("num_chunks", "threads"), [(0, 2), (1, 3), (7, 2), (50, 3)])
+def test_chunks_are_handed_out_each_once(num_chunks, threads, monkeypatch):
+    """The compiled engine's threads take chunks one at a time as they come free: each
+    chunk runs once, with the caller's arguments, whichever thread takes it."""
+    from mwsp_torch.transport import _ExactWorkers
+
+    calls, lock = [], threading.Lock()
+
+    def chunk(first_argument, c, count):
+        time.sleep(0.001 * (c % 3))  # uneven chunks, so threads interleave
+        with lock:
+            calls.append((first_argument, c, count, threading.get_ident()))
+
+    monkeypatch.setattr(_aot, "module", lambda: None)  # no build needed: the pool alone
+    workers = _ExactWorkers(threads, ())
+    workers.extension = object()  # the thread pool, as with the extension built
+    with workers:
+        workers.each_chunk(chunk, num_chunks, "tile")
+    assert sorted(call[:3] for call in calls) == [("tile", c, num_chunks) for c in range(num_chunks)]
+    if num_chunks >= 7:
+        assert len({call[3] for call in calls}) > 1  # shared out, not run by one thread
+
+
+def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
+    from mwsp_torch.transport import _ExactWorkers
+
+    def chunk(c, count):
+        if c == 3:
+            raise ValueError("chunk 3 failed")
+
+    monkeypatch.setattr(_aot, "module", lambda: None)
+    workers = _ExactWorkers(2, ())
+    workers.extension = object()
+    with workers, pytest.raises(ValueError, match="chunk 3 failed"):
+        workers.each_chunk(chunk, 8)
 
 
 def test_without_distance_table_gives_the_same():
