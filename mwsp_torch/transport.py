@@ -64,6 +64,7 @@ PAIR_CHUNK = 256
 #: ignores ``set_parallel_chunksize`` here), so contiguous chunks left one thread with
 #: whatever heavy pairs a run of the tile held: on DD's heavy-tailed sizes two threads did
 #: 1,000 pairs only 1.44x faster than one. Interleaved blocks give each thread a sample.
+#: (The ahead-of-time engine hands out runs of consecutive pairs instead: _ExactWorkers.each_chunk.)
 PAIR_BLOCK = 8
 
 #: Cost entries of the buffer each thread of the exact kernel keeps for its pairs' cost
@@ -784,8 +785,7 @@ def exact_distances(
 class _ExactWorkers:
     """The threads of :func:`exact_distances`: numba's, for its ``prange`` kernels, or a
     thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`) once
-    per chunk of pairs (:meth:`each_chunk`), over the same chunks (so both give the same
-    values)."""
+    per chunk of pairs (:meth:`each_chunk`); a pair's value is the same either way."""
 
     def __init__(self, n_jobs: int, arrays: tuple) -> None:
         self.n_jobs = n_jobs
@@ -817,19 +817,26 @@ class _ExactWorkers:
         for _ in self._pool.map(lambda t: function(*args, t, self.count), range(self.count)):
             pass
 
-    def each_chunk(self, function, num_chunks: int, *args) -> None:
-        """``function(*args, c, num_chunks)`` once for each chunk ``c < num_chunks``, the
-        chunks handed out one at a time to whichever thread asks next, not a fixed share to
-        each: on this VM one core at times ran a tile's share 1.3-1.4x slower than the other
-        (0.25 s against 0.35 s on 400 NCI1 graphs), and the tile waited for it. A chunk's
-        values do not depend on the thread that computes it."""
-        chunks = itertools.count()  # next() holds the GIL: each chunk goes to one thread
+    def each_chunk(self, function, pairs: np.ndarray, *args) -> None:
+        """``function(pairs[lo:hi], *rest, out[lo:hi], 0, 1)`` (``args`` is ``*rest, out``)
+        for each run ``lo:hi`` of ``PAIR_CHUNK`` consecutive pairs, the runs handed out one
+        at a time to whichever thread asks next.
+
+        Not a fixed share each: on this VM one core at times ran its share of a tile
+        1.3-1.4x slower than the other (0.25 s against 0.35 s on 400 NCI1 graphs), and the
+        tile waited for it. Consecutive pairs, not :func:`_pairs_kernel`'s interleaved
+        blocks (which balance numba's fixed shares): consecutive pairs share their first
+        graph, whose rows of the distance table stay in cache, 1.06x on one thread. A pair's
+        value does not depend on its chunk or its thread."""
+        *rest, out = args
+        starts = itertools.count(0, PAIR_CHUNK)  # next() holds the GIL: each run to one thread
 
         def work(_) -> None:
-            for c in chunks:
-                if c >= num_chunks:
+            for lo in starts:
+                if lo >= len(pairs):
                     return
-                function(*args, c, num_chunks)
+                hi = min(lo + PAIR_CHUNK, len(pairs))
+                function(pairs[lo:hi], *rest, out[lo:hi], 0, 1)
 
         for _ in self._pool.map(work, range(self.count)):
             pass
@@ -849,8 +856,7 @@ def _tile_kernel(workers: _ExactWorkers, *args) -> None:
     if workers.extension is None:
         _pairs_kernel(*args)
     else:
-        num_chunks = (len(args[0]) + PAIR_CHUNK - 1) // PAIR_CHUNK
-        workers.each_chunk(workers.extension.pairs_chunks, num_chunks, *args)
+        workers.each_chunk(workers.extension.pairs_chunks, *args)
 
 
 def checkpoint_directory(directory) -> Path:

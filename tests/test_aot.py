@@ -34,7 +34,10 @@ class _Recording:
         function = getattr(self.extension, name)
 
         def call(*args):
-            self.calls.append((name, *args[-2:]) if name in self.THREADED else (name,))
+            if name == "pairs_chunks":  # how many pairs, and the chunk's first and step
+                self.calls.append((name, len(args[0]), *args[-2:]))
+            else:
+                self.calls.append((name, *args[-2:]) if name in self.THREADED else (name,))
             return function(*args)
 
         return call
@@ -78,13 +81,15 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
     expected = {"label_ids", "path_features", "intern_sparse_rows", "pairs_chunks", "table_part", "mirror_part"}
     assert expected | ({"tree_ids"} if k > 0 else set()) <= recording.names()
     # The table's entry points ran once per thread, each thread on its own share; the pairs'
-    # once per chunk (handed to whichever thread was free), each chunk of the tile once.
+    # once per run of PAIR_CHUNK consecutive pairs (handed to whichever thread was free),
+    # each run as one whole chunk, all of the fit's pairs once.
     for name_ in ("table_part", "mirror_part"):
         shares = [call[1:] for call in recording.calls if call[0] == name_]
         assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
-    chunks = [call[1:] for call in recording.calls if call[0] == "pairs_chunks"]
-    num_chunks = chunks[0][1]
-    assert num_chunks >= 2 and sorted(chunks) == [(c, num_chunks) for c in range(num_chunks)]
+    chunks = sorted(call[1:] for call in recording.calls if call[0] == "pairs_chunks")
+    num_pairs = compiled.timings_["pairs"]  # between distinct measures
+    whole, part = divmod(num_pairs, transport_module.PAIR_CHUNK)
+    assert whole >= 2 and chunks == sorted([(transport_module.PAIR_CHUNK, 0, 1)] * whole + [(part, 0, 1)] * (part > 0))
     use(None)
     jit = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
     np.testing.assert_array_equal(compiled.distances_, jit.distances_)

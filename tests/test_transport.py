@@ -300,41 +300,51 @@ def test_interleaved_chunks_cover_every_pair(mutag):
     np.testing.assert_array_equal(got, one_by_one)
 
 
-@pytest.mark.parametrize(("num_chunks", "threads"), [(0, 2), (1, 3), (7, 2), (50, 3)])
-def test_chunks_are_handed_out_each_once(num_chunks, threads, monkeypatch):
-    """The compiled engine's threads take chunks one at a time as they come free: each
-    chunk runs once, with the caller's arguments, whichever thread takes it."""
+@pytest.mark.parametrize(
+    ("num_pairs", "threads"), [(0, 2), (1, 3), (PAIR_CHUNK, 2), (7 * PAIR_CHUNK + 5, 2), (3000, 3)]
+)
+def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch):
+    """The compiled engine's threads take runs of PAIR_CHUNK consecutive pairs one at a time
+    as they come free: each pair is in one run, passed with the matching slice of ``out``
+    and the caller's other arguments, whichever thread takes it."""
     from mwsp_torch.transport import _ExactWorkers
 
-    calls, lock = [], threading.Lock()
+    pairs = np.arange(2 * num_pairs, dtype=np.int64).reshape(-1, 2)
+    out = np.full(num_pairs, -1.0)
+    threads_seen, lock = set(), threading.Lock()
 
-    def chunk(first_argument, c, count):
-        time.sleep(0.001 * (c % 3))  # uneven chunks, so threads interleave
+    def chunk(run, middle, out_run, first, step):
+        assert middle == "middle" and (first, step) == (0, 1) and len(run) == len(out_run) <= PAIR_CHUNK
+        time.sleep(0.001 * (run[0, 0] % 3))  # uneven chunks, so threads interleave
         with lock:
-            calls.append((first_argument, c, count, threading.get_ident()))
+            threads_seen.add(threading.get_ident())
+        out_run[out_run != -1.0] = np.nan  # a pair written twice shows
+        out_run[out_run == -1.0] = run[:, 0] / 2
 
     monkeypatch.setattr(_aot, "module", lambda: None)  # no build needed: the pool alone
     workers = _ExactWorkers(threads, ())
     workers.extension = object()  # the thread pool, as with the extension built
     with workers:
-        workers.each_chunk(chunk, num_chunks, "tile")
-    assert sorted(call[:3] for call in calls) == [("tile", c, num_chunks) for c in range(num_chunks)]
-    if num_chunks >= 7:
-        assert len({call[3] for call in calls}) > 1  # shared out, not run by one thread
+        workers.each_chunk(chunk, pairs, "middle", out)
+    np.testing.assert_array_equal(out, np.arange(num_pairs, dtype=np.float64))
+    if num_pairs > 7 * PAIR_CHUNK:
+        assert len(threads_seen) > 1  # shared out, not run by one thread
 
 
 def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
     from mwsp_torch.transport import _ExactWorkers
 
-    def chunk(c, count):
-        if c == 3:
-            raise ValueError("chunk 3 failed")
+    def chunk(run, out_run, first, step):
+        if run[0, 0] == 3 * PAIR_CHUNK:
+            raise ValueError("the fourth run failed")
 
     monkeypatch.setattr(_aot, "module", lambda: None)
     workers = _ExactWorkers(2, ())
     workers.extension = object()
-    with workers, pytest.raises(ValueError, match="chunk 3 failed"):
-        workers.each_chunk(chunk, 8)
+    pairs = np.zeros((8 * PAIR_CHUNK, 2), dtype=np.int64)
+    pairs[:, 0] = np.arange(len(pairs))
+    with workers, pytest.raises(ValueError, match="the fourth run failed"):
+        workers.each_chunk(chunk, pairs, np.empty(len(pairs)))
 
 
 def test_without_distance_table_gives_the_same():
