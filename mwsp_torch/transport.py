@@ -67,6 +67,10 @@ PAIR_CHUNK = 256
 #: (The ahead-of-time engine hands out runs of consecutive pairs instead: _ExactWorkers.each_chunk.)
 PAIR_BLOCK = 8
 
+#: Runs of pairs a thread of the ahead-of-time engine takes at least from a tile
+#: (:meth:`_ExactWorkers.each_chunk`), fewer pairs a run where a tile is small.
+RUNS_PER_THREAD = 8
+
 #: Cost entries of the buffer each thread of the exact kernel keeps for its pairs' cost
 #: matrices (64 K float64, 512 KiB: problems to 256 x 256); larger ones are allocated per pair.
 COST_POOL = 1 << 16
@@ -829,13 +833,16 @@ class _ExactWorkers:
         graph, whose rows of the distance table stay in cache, 1.06x on one thread. A pair's
         value does not depend on its chunk or its thread."""
         *rest, out = args
-        starts = itertools.count(0, PAIR_CHUNK)  # next() holds the GIL: each run to one thread
+        # Shorter runs where a tile is small (a sample of pairs), so that it still has
+        # RUNS_PER_THREAD runs a thread to balance: a sorted sample's runs differ in cost.
+        run = max(1, min(PAIR_CHUNK, -(-len(pairs) // (RUNS_PER_THREAD * self.count))))
+        starts = itertools.count(0, run)  # next() holds the GIL: each run to one thread
 
         def work(_) -> None:
             for lo in starts:
                 if lo >= len(pairs):
                     return
-                hi = min(lo + PAIR_CHUNK, len(pairs))
+                hi = min(lo + run, len(pairs))
                 function(pairs[lo:hi], *rest, out[lo:hi], 0, 1)
 
         for _ in self._pool.map(work, range(self.count)):

@@ -88,8 +88,9 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
         assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
     chunks = sorted(call[1:] for call in recording.calls if call[0] == "pairs_chunks")
     num_pairs = compiled.timings_["pairs"]  # between distinct measures
-    whole, part = divmod(num_pairs, transport_module.PAIR_CHUNK)
-    assert whole >= 2 and chunks == sorted([(transport_module.PAIR_CHUNK, 0, 1)] * whole + [(part, 0, 1)] * (part > 0))
+    run = min(transport_module.PAIR_CHUNK, -(-num_pairs // (2 * transport_module.RUNS_PER_THREAD)))
+    whole, part = divmod(num_pairs, run)
+    assert whole >= 2 and chunks == sorted([(run, 0, 1)] * whole + [(part, 0, 1)] * (part > 0))
     use(None)
     jit = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
     np.testing.assert_array_equal(compiled.distances_, jit.distances_)

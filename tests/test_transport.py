@@ -23,6 +23,7 @@ from mwsp_torch._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, 
 from mwsp_torch.transport import (
     PAIR_BLOCK,
     PAIR_CHUNK,
+    RUNS_PER_THREAD,
     SupportSet,
     _bank_arrays,
     _column_method,
@@ -304,20 +305,22 @@ def test_interleaved_chunks_cover_every_pair(mutag):
     ("num_pairs", "threads"), [(0, 2), (1, 3), (PAIR_CHUNK, 2), (7 * PAIR_CHUNK + 5, 2), (3000, 3)]
 )
 def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch):
-    """The compiled engine's threads take runs of PAIR_CHUNK consecutive pairs one at a time
-    as they come free: each pair is in one run, passed with the matching slice of ``out``
-    and the caller's other arguments, whichever thread takes it."""
+    """The compiled engine's threads take runs of consecutive pairs one at a time as they
+    come free: each pair is in one run, passed with the matching slice of ``out`` and the
+    caller's other arguments, whichever thread takes it; runs of PAIR_CHUNK pairs, shorter
+    where the tile has fewer than RUNS_PER_THREAD such runs a thread."""
     from mwsp_torch.transport import _ExactWorkers
 
     pairs = np.arange(2 * num_pairs, dtype=np.int64).reshape(-1, 2)
     out = np.full(num_pairs, -1.0)
-    threads_seen, lock = set(), threading.Lock()
+    threads_seen, lengths, lock = set(), [], threading.Lock()
 
     def chunk(run, middle, out_run, first, step):
         assert middle == "middle" and (first, step) == (0, 1) and len(run) == len(out_run) <= PAIR_CHUNK
         time.sleep(0.001 * (run[0, 0] % 3))  # uneven chunks, so threads interleave
         with lock:
             threads_seen.add(threading.get_ident())
+            lengths.append(len(run))
         out_run[out_run != -1.0] = np.nan  # a pair written twice shows
         out_run[out_run == -1.0] = run[:, 0] / 2
 
@@ -327,6 +330,9 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
     with workers:
         workers.each_chunk(chunk, pairs, "middle", out)
     np.testing.assert_array_equal(out, np.arange(num_pairs, dtype=np.float64))
+    if num_pairs:
+        run = min(PAIR_CHUNK, -(-num_pairs // (RUNS_PER_THREAD * threads)))
+        assert max(lengths) == run and len(lengths) == -(-num_pairs // run)
     if num_pairs > 7 * PAIR_CHUNK:
         assert len(threads_seen) > 1  # shared out, not run by one thread
 
@@ -336,14 +342,14 @@ def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
 
     def chunk(run, out_run, first, step):
         if run[0, 0] == 3 * PAIR_CHUNK:
-            raise ValueError("the fourth run failed")
+            raise ValueError("a run failed")
 
     monkeypatch.setattr(_aot, "module", lambda: None)
     workers = _ExactWorkers(2, ())
     workers.extension = object()
     pairs = np.zeros((8 * PAIR_CHUNK, 2), dtype=np.int64)
     pairs[:, 0] = np.arange(len(pairs))
-    with workers, pytest.raises(ValueError, match="the fourth run failed"):
+    with workers, pytest.raises(ValueError, match="a run failed"):
         workers.each_chunk(chunk, pairs, np.empty(len(pairs)))
 
 
