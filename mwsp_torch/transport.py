@@ -823,8 +823,9 @@ class _ExactWorkers:
 
     def each_chunk(self, function, pairs: np.ndarray, *args) -> None:
         """``function(pairs[lo:hi], *rest, out[lo:hi], 0, 1)`` (``args`` is ``*rest, out``)
-        for each run ``lo:hi`` of ``PAIR_CHUNK`` consecutive pairs, the runs handed out one
-        at a time to whichever thread asks next.
+        for each run ``lo:hi`` of ``PAIR_CHUNK`` consecutive pairs (fewer where the tile has
+        under ``RUNS_PER_THREAD`` such runs a thread), the runs handed out one at a time to
+        whichever thread asks next.
 
         Not a fixed share each: on this VM one core at times ran its share of a tile
         1.3-1.4x slower than the other (0.25 s against 0.35 s on 400 NCI1 graphs), and the

@@ -21,10 +21,10 @@ from mwsp_torch.transport import exact_distances, upper_pairs
 
 
 class _Recording:
-    """The extension, with each call's entry point (and thread index and count, where it
-    takes them) recorded."""
+    """The extension, with each call's entry point recorded (and the thread index and count
+    of the table's entry points; the pairs and the chunk index and count of the pairs')."""
 
-    THREADED = ("pairs_chunks", "table_part", "mirror_part")
+    THREADED = ("table_part", "mirror_part")
 
     def __init__(self, extension) -> None:
         self.extension = extension
