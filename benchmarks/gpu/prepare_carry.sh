@@ -2,15 +2,15 @@
 # Builds, on this (CPU) machine, what a device run carries beside the working tree:
 #   .whl/  POT, geomloss, pykeops and keopscore for the device image's Python 3.12
 #          (its image lacks them; numba, torch and torch_geometric are there);
-#   .data/ the TU datasets' raw files, one xz tarball (../shared does not travel).
+#   .data/ the TU datasets' raw files from $MWSP_DATA_ROOT, one xz tarball.
 # Both folders are ignored through .git/info/exclude, as the device tool's `carry` needs.
 # Then, with the device tool: carry [".whl", ".data"], command
-#   bash benchmarks/gpu/run_on_device.sh thread      (or: tests, phases, sinkhorn)
+#   bash benchmarks/gpu/run_on_device.sh thread      (or: tests, sinkhorn)
 #
-# Usage: bash benchmarks/gpu/prepare_carry.sh   (DATASETS="MUTAG NCI1" to pack fewer)
+# Usage: MWSP_DATA_ROOT=DIR bash benchmarks/gpu/prepare_carry.sh   (DATASETS="MUTAG NCI1" to pack fewer)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-source_root=${MWSP_DATA_ROOT:-../shared/tudatasets}
+source_root=${MWSP_DATA_ROOT:?set MWSP_DATA_ROOT to the folder holding NAME/raw/NAME_*.txt}
 datasets=${DATASETS:-MUTAG PTC_MR ENZYMES PROTEINS NCI1 IMDB-BINARY Cuneiform DD}
 mkdir -p .git/info
 for folder in /.whl/ /.data/; do

@@ -8,21 +8,16 @@
 #             200,000 pairs at 32-256 threads a block, then all 8,443,995 pairs; each
 #             timing twice, the host sharing the small pairs and leaving them to the GPU
 #   tests     the whole suite with the CUDA tests on (pykeops' online backend left out:
-#             its nvrtc compile segfaulted on this image, third session of 2026-11-22)
-#   phases    benchmarks/thread_phases.py on all NCI1 pairs: first a probe (CUDA/NUMBA
-#             environment, and whether a toy kernel's launch waits for it, without and with
-#             the solver's local memory), then the thread engine's table, launch loop,
-#             kernels and host pairs, for 2**21 pairs a launch and for one launch
+#             its nvrtc compile segfaulted on the H100 image tried)
 #   sinkhorn  benchmarks/gpu_sinkhorn.py on NCI1, 1,000,000 random pairs, Triton backend,
-#             blur 0.01, scalings 0.9 and 0.5, float32 and float64 (the eighth session's
-#             settings; the script's defaults, geomloss at scaling 0.99, ran 1.6e4 pairs/s
-#             and took 61-92 s a call on an H100)
+#             blur 0.01, scalings 0.9 and 0.5, float32 and float64 (the script's defaults,
+#             geomloss at scaling 0.99, ran 1.6e4 pairs/s and took 61-92 s a call on an H100)
 set -uo pipefail
 job=${1:-thread}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD" KEOPS_VERBOSE=0 MWSP_TEST_CUDA=1
 # The image's numba-cuda registers an overload of np.row_stack, which its numpy (2.5) has
-# dropped, so `numba.cuda` fails to import (first call, 2026-11-24). A sitecustomize on the
+# dropped, so `numba.cuda` fails to import. A sitecustomize on the
 # path puts the alias back before anything imports numba.
 [ -f /tmp/site/sitecustomize.py ] || printf '%s\n' 'import numpy' 'if not hasattr(numpy, "row_stack"):' \
     '    numpy.row_stack = numpy.vstack' >/tmp/site/sitecustomize.py
@@ -63,15 +58,12 @@ thread)
 tests)
     step tests_all python3 -m pytest tests -q -n 8 -k "not online" -p no:benchmark "${aot_skip[@]}"
     ;;
-phases)
-    step thread_phases_nci1 python3 benchmarks/thread_phases.py --dataset NCI1 --chunk-sizes 2097152 0 --n-jobs 16
-    ;;
 sinkhorn)
     step sinkhorn_nci1 python3 benchmarks/gpu_sinkhorn.py --dataset NCI1 --pairs 1000000 --blurs 0.01 \
         --scalings 0.9 0.5 --backend triton --dtypes float32 float64 --device cuda --n-jobs 16 --repeats 2
     ;;
 *)
-    echo "unknown job $job: expected thread, tests, phases or sinkhorn" >&2
+    echo "unknown job $job: expected thread, tests or sinkhorn" >&2
     exit 2
     ;;
 esac
