@@ -1,13 +1,14 @@
 """A compiled exact solver for small transportation problems (the EMD between two graphs).
 
-Why our own and not POT's: ``ot.emd2`` spends 150-260 us per call at MWSP's sizes,
-about 80 % of it in its Python wrapper, and an all-pairs matrix is millions of calls
-(8.4 M on NCI1). This solver is called from a numba ``prange`` loop over pairs, so
-no Python runs per pair and threads need no GIL. It is checked against POT's
-network simplex to 1e-9 relative in ``tests/test_transport.py`` and timed against it in
-``benchmarks/``.
+Why our own and not POT's: an all-pairs matrix is millions of small problems (8.4 M on
+NCI1), and ``ot.emd2`` spends most of each call at MWSP's sizes in its Python wrapper
+(about 80 % of 150-260 us). This solver is called from a numba ``prange`` loop over pairs,
+so no Python runs per pair and threads need no GIL. It is checked against POT's network
+simplex to 1e-9 relative in ``tests/test_transport.py``; its speed against POT's is in
+``benchmarks/README.md``, and the designs measured on the way in ``docs/performance.md``.
 
-Method: the primal transportation simplex on the bipartite spanning-tree basis.
+Method: the primal transportation simplex on the bipartite spanning-tree basis
+(Dantzig 1951; Ahuja, Magnanti and Orlin, *Network Flows*, ch. 11).
 
 - Masses are exact integers: graph ``G`` with ``n_G`` nodes gives support point ``p``
   the mass ``count_p * n_H`` and ``H``'s point ``q`` the mass ``count_q * n_G``, both
@@ -24,63 +25,40 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis.
   and a row's minimum reduced cost is one inlined vector loop
   (:func:`mwsp_torch._simd.padded_row_min`). Problems of at most ``FULL_PRICING_MAX_ARCS``
   such arcs price every row each pivot and take the most negative arc of all (Dantzig's
-  rule), with no branch per row: fewer pivots (NCI1: 25.6 against 33.1 a solve) for little
-  more per pivot. Larger ones search blocks of whole rows (POT's block size ~sqrt(m n) arcs,
-  but at least ``MIN_BLOCK_ARCS``, rounded to rows), then one scan of the winning row for
-  the column that attains it: 1.1-1.2x fewer seconds than arc-by-arc blocks on NCI1,
-  ENZYMES and REDDIT problems. Rows of ``ROW_MIN_SIMD`` columns or more take their
-  minimum in four vector registers (:func:`mwsp_torch._simd.row_min`): 1.09x on REDDIT and
-  1.20-1.24x on DD solves, together with the two-ended potential walk below.
+  rule), with no branch per row: fewer pivots for little more per pivot. Larger ones
+  search blocks of whole rows (POT's block size ~sqrt(m n) arcs, but at least
+  ``MIN_BLOCK_ARCS``, rounded to rows), then scan the winning row once for the column that
+  attains it. Rows of ``ROW_MIN_SIMD`` columns or more take their minimum in four vector
+  registers (:func:`mwsp_torch._simd.row_min`).
 - Start: the row-minimum rule (each row fills its cheapest open columns), rows taken in
-  the order of their minima (1.03x on NCI1, 1.07-1.13x on ENZYMES, PROTEINS and DD over
-  index order; a sort of all costs for the least-cost rule was slower overall). It also
-  gives the first basis tree's parents and an order with parents first, so problems on
-  ancestor masks need no walk over the tree. Vogel's approximation
-  is an opt-in (``vogel_min_arcs``): it halves the pivots (NCI1: 37 to 19) but now costs
-  more than they do everywhere measured (see ``VOGEL_MIN_ARCS``); each of its lines
-  remembers its ``VOGEL_CANDIDATES`` cheapest cells between scans.
+  the order of their minima, which leaves fewer pivots than index order. It also gives
+  the first basis tree's parents and an order with parents first, so problems on ancestor
+  masks need no walk over the tree. Vogel's approximation is an opt-in
+  (``vogel_min_arcs``): it leaves fewer pivots but costs more than it saves on every
+  dataset measured (see ``VOGEL_MIN_ARCS``); each of its lines remembers its
+  ``VOGEL_CANDIDATES`` cheapest cells between scans.
 - The basis tree keeps parents and potentials. A pivot re-hangs only the subtree T cut
   off by the leaving arc, in one of two ways:
 
   - up to ``MASK_MAX_NODES`` (63) points, every node's ancestors are an int64 bit mask:
     the cycle's tree arcs are the two ends' ancestors but not both, its '-' arcs one mask
-    more, so theta and the flow changes come from walking bits, not from climbing (until
-    the eleventh session of 2026-11-23: 1.09x on NCI1 solves); parents change
-    only along the stem from the entering arc to the leaving one, T's potentials move by
-    one shift (``u + v = c`` on the entering arc), and T's ancestor masks are rebuilt by
-    bit operations, node by node over T's bits. No traversal, no adjacency lists.
+    more, so theta and the flow changes come from walking bits (independent loads), not
+    from climbing parents (each load waiting on the last); parents change only along the
+    stem from the entering arc to the leaving one, T's potentials move by one shift
+    (``u + v = c`` on the entering arc), and T's ancestor masks are rebuilt by bit
+    operations, node by node over T's bits. No traversal, no adjacency lists.
   - larger problems keep the tree's preorder as a doubly linked cycle (a thread), with
     subtree sizes and each subtree's last node, as network simplex codes such as LEMON's
     do: the cycle is found by climbing the end with the smaller subtree; T, re-rooted at
     the entering arc, is relinked by a few pointers per node of the stem and spliced in
     after its new parent; and the potentials of T, or of the rest of the tree when that
     is smaller, move by one shift, walked from both ends of their run at once. Only that
-    shift visits more than the stem and the cycle. A breadth-first walk over adjacency
-    lists re-hung T until the fifth session of 2026-11-22 (40 % of a DD solve), then a
-    preorder array, whose copying of T and of the entries between its old and new places
-    made DD solves 1.13-1.20x slower than the thread (``solver_settings.py --baseline
-    cc9dc13``).
+    shift visits more than the stem and the cycle; a walk over adjacency lists, or a
+    preorder array whose entries move, would visit T and more on every pivot.
 
-Why a primal method: dual methods were measured on NCI1's problems and were slower.
-Successive shortest paths (Jonker-Volgenant style) took 15.6 us a solve against the simplex's
-13.3 us. A primal-dual (Hungarian) method on bit masks (``benchmarks/primal_dual.py``) took
-15.0 us against 13.7 us. Each did about as many searches (31) as the simplex does pivots (33),
-at no less cost each (``benchmarks/HISTORY.md``, 2026-11-23).
-
-Measured by ``benchmarks/solver_settings.py --pot --baseline e5668d9`` (the solver alone,
-one thread, problems as the engine poses them, one run, first session of 2026-11-23;
-POT is ``ot.lp.emd_wrap.emd_c`` called once per problem from Python, so about 15-20 us of
-each small figure is the call; e5668d9 is the solver before rows were ordered in the start).
-Us per solve, this solver / POT / e5668d9: NCI1 d=2, k=0 (18 x 18, masks) 12.7 / 34.1 /
-13.5; ENZYMES d=3, k=1 (29 x 29, many over 63 points) 41.0 / 75.6 / 44.2; PROTEINS d=2,
-k=0 38.8 / 78.0 / 43.6; REDDIT-BINARY d=2, k=0 (72 x 66, every fourth graph) 189 / 505 /
-200. DD d=2, k=0 (150 problems, 270 x 253) 2.36 / 5.37 / 2.61 ms; DD d=2, k=1 2.71 / 6.02
-/ 2.99 ms. ``benchmarks/solver_phases.py`` shows where a solve's cycles go.
-
-Since then (``solver_settings.py --baseline 46916c6``, twelfth session of 2026-11-23, costs
-not padded by the caller, so each solve includes the padded copy): NCI1 d=2, k=0 9.7 us
-against 12.6 (1.31x; 28.3 pivots a solve instead of 34.1), ENZYMES d=3, k=1 38.3 against
-43.2, PROTEINS d=2, k=0 41.3 against 44.5, ENZYMES d=2, k=0 26.8 against 31.5.
+Why a primal method: the dual methods measured on NCI1's problems, successive shortest
+paths and a primal-dual (Hungarian) method on bit masks, did about as many searches as
+the simplex does pivots, at no less cost each (``docs/performance.md``).
 
 Developers: numba caches a caller by its own file, so after editing this module (or
 :mod:`mwsp_torch._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
@@ -97,26 +75,24 @@ from mwsp_torch._simd import popcount as _popcount
 from mwsp_torch._simd import row_min as row_min_simd
 
 #: Problems with at least this many arcs start from Vogel's approximation, smaller
-#: ones from the row-minimum rule. Vogel's once won from ~20,000 arcs (1.5x on DD's
-#: ~300 x 300) when pivots were dearer; with the preorder tree and wide row minima the
-#: row-minimum rule wins everywhere measured (DD d=2,k=0: 3.9 against 4.2 ms a solve;
-#: REDDIT-BINARY d=2,k=0: 271 against 285 us), so Vogel's is an opt-in (tests run it).
+#: ones from the row-minimum rule. Vogel's leaves fewer pivots, but with pivots as cheap
+#: as the thread and the vector row minima make them, its dearer start costs more than
+#: it saves on every dataset measured (``docs/performance.md``), so it is an opt-in
+#: (the tests run it): the default never reaches this bound.
 VOGEL_MIN_ARCS = 1 << 62
 
 #: Pricing blocks span at least this many arcs. On problems of 18-30 points a block
-#: of one row (POT's sqrt(m n) rule) finds poor entering arcs: 3-5 rows cut pivots
-#: by 20-25 % and time by 1.08-1.16x (NCI1, ENZYMES, PROTEINS; measured by
-#: ``benchmarks/solver_settings.py``); from ~60 points on, where sqrt(m n) already
-#: exceeds this, the rule is unchanged (REDDIT, DD).
+#: of one row (POT's sqrt(m n) rule) finds poor entering arcs; 3-5 rows cut the pivots
+#: by about a fifth. From ~60 points on, where sqrt(m n) already exceeds this, the rule
+#: is POT's (``benchmarks/solver_settings.py`` measures it).
 MIN_BLOCK_ARCS = 96
 
 #: Problems of at most this many arcs (and rows under ``ROW_MIN_SIMD`` columns) price every
-#: row each pivot and take the most negative reduced cost of all (Dantzig's rule): NCI1's
-#: solves then take 25.6 pivots instead of 33.1, and with rows padded to whole vector
-#: registers (:func:`mwsp_torch._simd.padded_row_min`) and no branch per row, the full scan
-#: costs little more than a block (1.16x on NCI1 solves, 1.08x on ENZYMES d=2,k=0 and
-#: PROTEINS d=2,k=0). Beyond ~700 arcs blocks win again (PROTEINS, 1,200 arcs: 1.06x
-#: against 1.07x at 500; all problems priced fully: 0.83x). Twelfth session of 2026-11-23.
+#: row each pivot and take the most negative reduced cost of all (Dantzig's rule). That
+#: takes fewer pivots than block pricing, and with rows padded to whole vector registers
+#: (:func:`mwsp_torch._simd.padded_row_min`) and no branch per row the full scan costs little
+#: more than a block, so small problems solve faster. The scan grows with ``m n`` while the
+#: pivots saved do not: beyond about 700 arcs blocks win again (``docs/performance.md``).
 FULL_PRICING_MAX_ARCS = 600
 
 #: Cost offset of a closed column in the row-minimum start: finite (the fastmath minimum
@@ -128,29 +104,26 @@ VOGEL_CANDIDATES = 8
 
 #: Pricing and the start take the minima of rows of at least this many columns in four
 #: vector registers (:func:`mwsp_torch._simd.row_min`); shorter rows are padded to whole
-#: registers and take theirs in one (:func:`mwsp_torch._simd.padded_row_min`). The bound
-#: comes from the scalar running minimum those short rows used before (the four registers
-#: cost a fixed ~10 ns to merge, and the two measured equal at 40 columns: 16 columns 5.9
-#: against 16.3 ns; 64: 42.3 against 18.6 ns; DD's 243: 244 against 37 ns; this machine).
+#: registers and take theirs in one (:func:`mwsp_torch._simd.padded_row_min`). Merging four
+#: registers is a fixed cost that only long rows repay: a scalar running minimum and the
+#: four registers measured equal at about 40 columns.
 ROW_MIN_SIMD = 40
 
 #: A solve gives up with an error after this many pivots per squared point count. With
-#: Orden's perturbation the method cannot cycle, and the problems measured take a few
-#: pivots per point (NCI1 about 1, DD about 6), so only a broken basis tree gets there; it
-#: turns what would be an endless loop into an error.
+#: Orden's perturbation the method cannot cycle, and real problems take a few pivots per
+#: point, so only a broken basis tree gets there; it turns what would be an endless loop
+#: into an error.
 MAX_PIVOTS_PER_NODE_SQUARED = 50
 
 #: An arc enters only if its reduced cost is below ``-(1e-14 * max cost + POT_REL_TOL *
 #: bound on max |potential|)``: ``(c - v) - u`` carries rounding of the size of the
-#: potentials, which drift over many pivots. With the cost-relative threshold alone, DD's
-#: pair of graphs 5 and 21 (4,142 x 696 points) never ended: after ~70,000 pivots one arc of
-#: true reduced cost 0 kept entering on rounding noise (-2e-13, potentials ~1,757), where
-#: POT's network simplex, whose threshold also scales with the potentials, took 0.62 s; now
-#: 0.29 s, equal to POT to 2.4e-15 (``tests/test_transport.py``), and NCI1, ENZYMES and DD
-#: solves as fast as before (``solver_settings.py --baseline cb66313``). At the end every
-#: reduced cost is above ``-threshold``, so the cost found exceeds the optimum by at most
-#: ``threshold`` times the total mass: with potentials 1,000 times the largest cost, 1e-12
-#: of the largest cost per unit of mass.
+#: potentials, which drift far beyond the costs over many pivots. With a cost-relative
+#: threshold alone, DD's pair of graphs 5 and 21 (4,142 x 696 points) never ended: an arc
+#: of true reduced cost 0 kept entering on rounding noise. POT's network simplex scales its
+#: threshold with the potentials too; ``tests/test_transport.py`` holds that pair equal to
+#: POT. At the end every reduced cost is above ``-threshold``, so the cost found exceeds the
+#: optimum by at most ``threshold`` times the total mass: with potentials 1,000 times the
+#: largest cost, 1e-12 of the largest cost per unit of mass.
 POT_REL_TOL = 1e-15
 
 #: Problems of at most this many points (both sides; 63 at most) keep the basis tree's
@@ -158,9 +131,9 @@ POT_REL_TOL = 1e-15
 MASK_MAX_NODES = 63
 
 #: The start orders up to this many rows by counting, for each row, the rows before it in
-#: the order (``m^2`` branch-free comparisons, vectorised); an insertion sort's data-dependent
-#: loop exits were mispredicted about once a row (1.03x on NCI1 solves; second session of
-#: 2026-11-26). Larger problems sort stably (the same order).
+#: the order (``m^2`` branch-free comparisons, vectorised), where an insertion sort's
+#: data-dependent loop exits are mispredicted about once a row. Larger problems sort stably
+#: (the same order).
 RANK_SORT_MAX_ROWS = 64
 
 
@@ -275,8 +248,8 @@ def transport_cost(
     # u_p at p, v_q at m + q; zeros past the last v_q, read by the padded row minima.
     pot_owner = np.zeros(num_nodes + LANES, dtype=np.float64)
     # The work arrays and the costs as borrowed views, not reference-counted (numba's
-    # atomic counts cost 1.13-1.5x on an Intel Xeon; mwsp_torch._borrow). The owners
-    # are released at the end; the caller holds `cost` for the whole call.
+    # atomic reference counts are a cost per access on some CPUs; mwsp_torch._borrow). The
+    # owners are released at the end; the caller holds `cost` for the whole call.
     pot = borrowed(pot_owner)
     cost = borrowed(cost)
     # Rows under ROW_MIN_SIMD columns are priced padded to `width` columns, the padding
@@ -343,8 +316,8 @@ def transport_cost(
         scale = max(scale, _max_abs(cost[p], n))
     tol = 1e-14 * max(scale, 1e-300)
     # Reduced costs are (c - v) - u: their rounding grows with the potentials, which drift
-    # far beyond the costs over many pivots (DD graphs 5 and 21: |u| to 1,757 with costs
-    # under 12). So the pricing threshold grows with a bound on max |pot|: the true maximum
+    # far beyond the costs over many pivots (DD graphs 5 and 21: |u| two orders of magnitude
+    # over the costs). So the pricing threshold grows with a bound on max |pot|: the true maximum
     # every num_nodes pivots, plus every shift since (a shift moves a potential by the
     # entering arc's reduced cost). See POT_REL_TOL.
     pot_bound = _max_abs(pot, num_nodes)
@@ -441,9 +414,8 @@ def _first_tree(
 def _max_abs(values, n):
     """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's cost scale and
     potential bound. ``fastmath`` lets LLVM vectorise it (the maximum is exact in any order,
-    and costs and potentials are finite). numba's own ``max`` of floats handles NaN and ran
-    one element at a time: the costs' scale, taken that way over all ``m n`` costs, was about
-    6 % of an NCI1 solve (second session of 2026-11-26, ``benchmarks/HISTORY.md``)."""
+    and costs and potentials are finite); numba's own ``max`` of floats handles NaN and so
+    runs one element at a time, a visible share of a small solve over all ``m n`` costs."""
     top = 0.0
     for i in range(n):
         top = max(top, abs(values[i]))
@@ -454,8 +426,8 @@ def _max_abs(values, n):
 def _price_all(flat, stride, chunks, cost, pot, demand_pot, m, n, tol, row_mins):
     """Dantzig's rule: the first arc of the most negative reduced cost of all (``-1, -1`` at
     optimality). Every row's minimum in vector registers, the best row kept by selects, no
-    branch per row (a scan for the row afterwards was 1.04x slower on NCI1 solves); then the
-    column by one branch-free search of that row (:func:`mwsp_torch._simd.padded_first_at`)."""
+    branch per row (cheaper than a second scan for the row); then the column by one
+    branch-free search of that row (:func:`mwsp_torch._simd.padded_first_at`)."""
     low = CLOSED
     best = 0
     for p in range(m):
@@ -477,8 +449,8 @@ def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_b
     Block search by whole rows from row ``p``: the most negative reduced cost in the first
     block of rows that has one. A row's minimum is a branch-free loop (padded rows:
     :func:`mwsp_torch._simd.padded_row_min`, else :func:`mwsp_torch._simd.row_min`), the best row kept
-    by selects (1.02-1.03x on ENZYMES d=3,k=1 and PROTEINS solves over a branch); the
-    entering column is then found in that row alone.
+    by selects rather than a branch, which would be mispredicted; the entering column is
+    then found in that row alone.
     """
     enter_p = -1
     enter_q = -1
@@ -550,8 +522,7 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
     supply end's. Walked from the demand end, an arc is '-' iff its child is a demand; on
     the supply end's side iff its child is a supply. So the '-' arcs are one mask, and
     theta, the leaving arc and the flow changes come from walking bits (independent
-    loads), not from climbing parents (one load waiting on the last). 1.09x on NCI1 solves
-    (``benchmarks/HISTORY.md``, eleventh session of 2026-11-23).
+    loads), not from climbing parents (one load waiting on the last).
 
     Returns ``(leave, leave_node, leave_on_a, theta_units, theta_eps)``, as :func:`_push`.
     """
@@ -565,8 +536,8 @@ def _cycle_push_masks(m, enter_p, enter_q, parent_arc, anc, f_u, f_e):
     # theta: the lexicographically smallest flow on a '-' arc (unique: see _push), found by
     # selects on one integer key per flow, `units * 256 + eps`. The key orders flows as
     # (units, eps) does because |eps| < 128: a basic arc's eps part is the net perturbation on
-    # one side of the tree's cut, between -m and m, and m <= 62 on masks. A branch per arc
-    # was mispredicted (the key: 1.05-1.07x on NCI1 solves; second session of 2026-11-26).
+    # one side of the tree's cut, between -m and m, and m <= 62 on masks. Selects, because
+    # a branch per arc would be mispredicted.
     leave_node = -1
     best = np.int64(0x7FFFFFFFFFFFFFFF)
     bits = minus
@@ -803,8 +774,7 @@ def _shift_run(m, first, final, count, shift_supply, thread, rev, pot):
     (``+`` on supplies, ``-`` on demands), walked from both ends at once.
 
     Each step of a walk waits for the load of the next node, so two walks that meet in
-    the middle take about half as long as one: 1.07x on DD solves (d=2, k=0 and 1), no
-    change measured on problems of 30-70 points.
+    the middle take about half as long as one; it matters on large problems (DD's).
     """
     v = first
     w = final
@@ -840,22 +810,21 @@ def _row_minimum_start(
 ):  # fmt: skip
     """Rows in turn send to their cheapest open columns (cheap; good for small problems),
     rows with the cheapest minimum first (sorted by their minima, ties by index: fewer pivots
-    follow than in index order, NCI1 37 to 33 a solve, DD d=2,k=1 3,127 to 2,715; a true
-    least-cost start, the cheapest open cell of all each time, cut DD's pivots to 2,253 but
-    was slower overall, its start dearer and its pivots too).
+    follow than in index order; a true least-cost start, the cheapest open cell of all each
+    time, leaves fewer still but is slower overall, ``docs/performance.md``).
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
     minimum (:func:`mwsp_torch._simd.padded_row_min` on padded rows, else
     :func:`mwsp_torch._simd.row_min`) and a search for the first column that attains it (padded rows:
     :func:`mwsp_torch._simd.padded_first_at`, branch-free; else a scan, unguarded, unlike
-    :func:`_first_at`: a guard there measured 0.5 us slower per NCI1 solve).
+    :func:`_first_at`: the minimum is one of the very differences it scans, so it is found).
 
     Also the first basis tree, for free: each allocation closes its column or its row,
     never both (Orden's perturbation) except the last. A closed column hangs from the row
     that closed it; a closed row from the column it sent to last, which is still open and
     so closes later. Parents thus close after their children: ``finish`` lists the nodes
-    in closing order (``m + n - 1`` of them) and the last row is the root, returned.
-    Replacing the depth-first walk over adjacency lists by this was 1.04x on NCI1 solves.
+    in closing order (``m + n - 1`` of them) and the last row is the root, returned, which
+    spares small problems the depth-first walk of :func:`_first_tree`.
     """
     m = cost.shape[0]
     # Borrowed views, not reference-counted in the loops (see transport_cost).
@@ -923,12 +892,11 @@ def _start_row_min(cost, n, flat, stride, chunks, padded, offset, p):
 @njit(cache=True, nogil=True)
 def _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
     """Vogel's approximation: fill the cheapest open cell of the line whose two cheapest
-    open cells differ most (the first such row, unless a column differs strictly more).
-    Costlier than the row-minimum rule but far fewer pivots follow (DD's 300 x 300: 2,200
-    instead of 3,800).
+    open cells differ most (the first such row, unless a column differs strictly more)
+    (Reinfeld and Vogel 1958). Costlier than the row-minimum rule, but fewer pivots follow.
 
     Closing a line changes the two cheapest open cells of the crossing lines that held it.
-    Rescanning such a line is what made this start cost a third of a DD solve, so each
+    Rescanning every such line would dominate the start on large problems, so each
     line keeps its ``VOGEL_CANDIDATES`` cheapest cells (ties by index) from its last scan:
     while two of them are open they are its two cheapest open cells, and only when fewer
     are left is the line scanned again. Penalties live in arrays (``-1`` once closed) and a
