@@ -2,8 +2,9 @@
 
 Why our own, again: POT has no GPU solver, and the tensor-batched simplex
 (:mod:`mwsp_torch._batched_simplex`) moves every problem of a batch through the same
-dense tensor operations in lock step; on an H100 it was 40x slower than the compiled CPU
-engine (third session of 2026-11-22). Here each CUDA thread runs, on its own pair, the
+dense tensor operations in lock step, so every problem pays for the slowest one's pivots
+and every pivot for a whole dense matrix: on an H100 it was 40x slower than the compiled
+CPU engine (``docs/performance.md``). Here each CUDA thread runs, on its own pair, the
 method of the CPU engine's small-problem path (:mod:`mwsp_torch._simplex`: Orden's
 perturbation on exact integer masses, the row-minimum start, block pricing by rows, the
 basis tree as ancestor bit masks), with its arrays in thread-local memory. Each thread
@@ -22,10 +23,10 @@ is slower than the tuned engine (no vector row minima, an allocation per chunk) 
 not meant for production. Nothing touches CUDA at import.
 
 The CUDA kernel is cached on disk (``cuda.jit(cache=True)``, in this package's
-``__pycache__`` or numba's user cache): compiling it takes about 5 s on an H100, which
-was the whole margin of the 5 s NCI1 target in a fresh process (0.44 s against 7.7 s for
-the first call on 200,000 pairs, ``benchmarks/HISTORY.md``). numba keys the cache on this
-file's stamp and the closure's contents; the constants imported from
+``__pycache__`` or numba's user cache), so that it is compiled once, not in every
+process: compiling it takes about as long as the whole exact matrix of NCI1 then takes
+on an H100 (``benchmarks/README.md``). numba keys the cache on this file's stamp and the
+closure's contents; the constants imported from
 :mod:`mwsp_torch._simplex` are frozen into it, so after editing them during development,
 delete ``mwsp_torch/__pycache__/_thread_simplex*.nb[ic]``.
 
@@ -191,7 +192,7 @@ def _build(jit):
                 f_u[count] = fu
                 f_e[count] = fe
                 # As the CPU solver's start, written out again: one function compiled for
-                # both made the CPU solver's NCI1 solves 1.06x slower (twelfth session).
+                # both would cost the CPU solver its vector row minima and inlining.
                 if rd_u[q] == 0 and rd_e[q] == 0:
                     offset[q] = -CLOSED
                     parent[m + q] = p
@@ -433,9 +434,9 @@ _KERNELS: dict[str, object] = {}
 def import_numba_cuda():
     """``numba.cuda``, or a ``RuntimeError`` that says why it cannot be imported.
 
-    A failed import otherwise surfaces as an error deep inside numba: on the GPU image of
-    2026-11-24, numba-cuda registered an overload of ``numpy.row_stack``, which numpy 2.5
-    no longer has, so ``import numba.cuda`` raised ``AttributeError``."""
+    A failed import otherwise surfaces as an error deep inside numba: numba-cuda
+    releases that register an overload of ``numpy.row_stack``, which numpy 2.5 no longer
+    has, make ``import numba.cuda`` raise ``AttributeError``."""
     import importlib
 
     try:
