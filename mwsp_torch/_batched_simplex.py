@@ -27,8 +27,11 @@ that each step is a handful of gathers and scatters over ``[batch, nodes]`` tens
   (``log2(m + n)`` gathers), never by a loop over the tree.
 - Problems leave the batch as soon as they are optimal.
 
-This module does no CUDA work at import. Developers: ``benchmarks/gpu_exact.py`` times
-it against the compiled solver.
+Lock step has a price: every problem of a batch waits for the one with the most pivots,
+and every pivot touches the whole ``[batch, nodes]`` tensors, so one problem per GPU
+thread (:mod:`mwsp_torch._thread_simplex`) is the faster GPU engine; this one needs
+nothing but torch. This module does no CUDA work at import. Developers:
+``benchmarks/gpu_exact.py`` times it against the compiled solver.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Why our own loop and not geomloss's: ``geomloss.SamplesLoss`` takes point coordinates, so
 each batch needs its pairs' rows as dense vectors (MWSP rows have thousands of
 columns) and recomputes every cost matrix; and it solves the two debiasing problems
-``OT_eps(a, a)`` and ``OT_eps(b, b)`` again for every pair. Measured on an H100
-(``benchmarks/HISTORY.md``) that gives 2,600-9,300 NCI1 pairs per second. Here the cost
+``OT_eps(a, a)`` and ``OT_eps(b, b)`` again for every pair, which held it to a few
+thousand NCI1 pairs per second on an H100 (``docs/performance.md``). Here the cost
 matrices are gathered from one row-to-row distance table, the debiasing terms are
 computed once per graph, and batches hold as many pairs as memory allows.
 

@@ -3,10 +3,11 @@ solves one problem in registers.
 
 Why a kernel of our own: :mod:`mwsp_torch._batched_sinkhorn` runs geomloss's loop as
 torch operations, about ten kernel launches per temperature, each streaming the whole
-batch of cost matrices through GPU memory; on an H100 that gave 1.26e5 NCI1 pairs per
-second (``benchmarks/HISTORY.md``), and ``torch.compile`` did not help (1.04e5). Here each
-program gathers its problem's costs once from the row-to-row distance table and runs
-every temperature of the schedule on them where they sit.
+batch of cost matrices through GPU memory, so it is bound by memory traffic, not
+arithmetic (``torch.compile`` of that loop did not fuse it away; ``docs/performance.md``).
+Here each program gathers its problem's costs once from the row-to-row distance table and
+runs every temperature of the schedule on them where they sit; ``benchmarks/README.md``
+has its pairs per second and error on an H100.
 
 No padded arrays are built on the host: the support sets (``graph_ptr``, row IDs and
 masses) and the pairs are uploaded once, and each program reads its pair's two graphs
@@ -138,10 +139,10 @@ NUM_WARPS: dict[tuple[int, int], int] = {}
 
 
 def _launch_options(bm: int, bn: int) -> dict:
-    """4 tile entries per thread up to 4 warps, then 8 (float64 on an H100, NCI1: at 16 x 16,
-    16 x 32 and 32 x 32, 2, 4 and 4 warps were the fastest of 1 to 8, by 3-45 %;
-    ``benchmarks/triton_sinkhorn_tuning.py``). More entries per thread compile slower
-    (fp64 code is unrolled per entry: 4.5 s for a 32 x 32 tile at 32 per thread)."""
+    """4 tile entries per thread up to 4 warps, then 8: the fastest warp counts measured
+    for NCI1's tile shapes in float64 on an H100 (``docs/performance.md``). More entries
+    per thread compile slower: fp64 code is unrolled per entry, so a large tile at 32
+    entries per thread takes seconds to compile."""
     entries = bm * bn
     return {"num_warps": NUM_WARPS.get((bm, bn), min(max(1, entries // 128), max(4, entries // 256), 16))}
 
