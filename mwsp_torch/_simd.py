@@ -3,18 +3,17 @@
 Why not plain numba loops: numba's LLVM vectorises elementwise loops but not a running
 minimum (``low = x if x < low else low``), even under ``fastmath``, so pricing a row of
 reduced costs ran one comparison at a time; four interleaved scalar minima were the best
-plain loop (0.9 cycles a column). :func:`row_min` keeps ``LANES x VECTORS`` minima in
-vector registers instead: on DD's 243-column rows 40 ns a row against 92 ns for the four
-scalar minima (this machine, one thread), 1.08-1.12x on whole solves of REDDIT-BINARY and
-DD problems (``benchmarks/HISTORY.md``). On short rows (NCI1's 18 columns) its four
-registers and scalar tail cost more than they save.
+plain loop. :func:`row_min` keeps ``LANES x VECTORS`` minima in vector registers instead:
+over twice as fast as those on DD's 243-column rows (``docs/performance.md``).
+On short rows (NCI1's 18 columns) its four registers and scalar tail cost more than they
+save.
 
 :func:`padded_row_min` is the minimum for those short rows, padded by the solver to whole
 vector registers (NCI1's 18 columns read as 20): one register, no tail, inlined into the
 solver's loops instead of a called scalar loop. :func:`padded_first_at` then finds the
-column that attains it without a data-dependent branch. With it, pricing every row each pivot
-(Dantzig's rule) became cheaper than block pricing on NCI1's problems (twelfth session of
-2026-11-23, ``benchmarks/HISTORY.md``).
+column that attains it without a data-dependent branch. They make pricing every row each
+pivot (Dantzig's rule) cheaper than block pricing on small problems such as NCI1's
+(:data:`mwsp_torch._simplex.FULL_PRICING_MAX_ARCS`).
 
 :func:`popcount` and :func:`lowest_bit` are LLVM's bit counts, for the solver's ancestor
 masks: numba has no intrinsic for them, and a SWAR count takes about a dozen instructions.
@@ -45,10 +44,9 @@ VECTORS = 4
 STEP = LANES * VECTORS
 
 #: :func:`padded_row_min` takes rows of up to this many vector registers in straight-line
-#: code (the solver pads rows under 40 columns, so at most 10), not in a loop: the loop's
-#: counter, compare and branch were a third of each row's instructions in pricing, where a
-#: profile of the engine (``perf``, second session of 2026-11-26) put half the solver's
-#: own samples.
+#: code (the solver pads rows under 40 columns, so at most 10), not in a loop: a loop's
+#: counter, compare and branch would be a third of each row's instructions, in pricing,
+#: the solver's hottest part.
 UNROLLED_CHUNKS = 10
 
 
@@ -292,9 +290,8 @@ def padded_first_at(flat, start, offset, chunks, n, value):
     :func:`padded_row_min`; ``value`` one of those differences, as that minimum is).
 
     One comparison per vector register and one trailing-zero count, where a scan stops at
-    a branch mispredicted once a row: 1.08x on NCI1 solves (twelfth session of
-    2026-11-23). If no column matched (never, unless a compiler broke the equality), the
-    first column of the least difference, as a guard.
+    a branch mispredicted once a row. If no column matched (never, unless a compiler broke
+    the equality), the first column of the least difference, as a guard.
     """
     q = _padded_first_equal(flat, start, offset, chunks, value)
     if q >= n:
