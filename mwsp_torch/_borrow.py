@@ -3,10 +3,10 @@
 Why: numba counts references to an array's memory with atomic (``lock``-prefixed) adds
 whenever a new variable holds it (an inlined helper's argument, a slice, a loop's iterator),
 and its pruning pass removes only the pairs it can see within simple control flow. An NCI1
-solve made about 275 increments and 280 decrements (counted by an instrumented runtime, first
-session of 2026-11-26 in ``benchmarks/HISTORY.md``), about ten a pivot. On the Zen 3 machine this project
-first ran on an uncontended atomic add cost about a plain one; on the Intel Xeon it runs on
-now, the same solves took 1.13-1.5x longer with atomic counts than with plain ones.
+solve makes about 275 increments and 280 decrements, about ten a pivot. Whether that costs
+anything depends on the CPU: an uncontended atomic add costs about a plain one on AMD's Zen 3,
+but on an Intel Xeon the same solves took up to 1.5x longer with atomic counts than with plain
+ones (``docs/performance.md``).
 
 :func:`borrowed` and :func:`borrowed_run` return views whose memory-info pointer is null, so
 numba's increments and decrements of them return at once (its runtime checks for null

@@ -15,15 +15,14 @@ with IDs ``offset + len(fresh)``. ``fit`` passes an empty ``frozen`` and keeps
 A table is one int64 array: ``[count, mask]`` then ``mask + 1`` slots of
 ``(a, b, id)``, open addressing with linear probing, at most three quarters full
 (a full one is copied into one twice the size, so :func:`intern_pair` returns the
-table it wrote to, which the caller keeps). At most half full, DD d=2,k=1's row
-chains (20.7 M keys) took 1.5 GiB and raised the features' peak RSS from 2.82 GB to
-3.91 GB over the typed dict's; three quarters halves that table (peak 2.54 GB). Its
-speed was timed only together with the path kernel's insertion sorts
-(``benchmarks/HISTORY.md``). Why not numba's typed dict, as until the
-thirteenth session of 2026-11-23: a typed dict with tuple keys took about 95 ns an
-intern, this table about 15 ns (one million interns, one thread), and interning was
-about half of the features' time (``benchmarks/HISTORY.md``). The IDs are the same:
-both hand them out in the order keys are first seen.
+table it wrote to, which the caller keeps). Three quarters rather than half full
+because the largest tables dominate the features' memory (DD d=2,k=1's row chains hold
+20.7 M keys): the higher load halves them, for a little more probing.
+
+Why not numba's typed dict: with tuple keys it took about six times as long an intern
+as this table, at a time when interning was about half of the features' time
+(``docs/performance.md``). The IDs are the same: both hand them out in the order keys
+are first seen.
 """
 
 from __future__ import annotations
@@ -112,8 +111,8 @@ def intern_pair(frozen, fresh, offset, a, b):
         found = lookup(frozen, a, b)
         if found != EMPTY:
             return found, fresh
-    # _probe's loop, written out on this hottest path: through _probe, NCI1's features took
-    # 0.221-0.231 s against 0.214-0.226 s (old and new processes interleaved, best of 7).
+    # _probe's loop, written out on this hottest path rather than called (a call measured
+    # slower on NCI1's features).
     mask = fresh[1]
     i = _slot(a, b, mask)
     while True:
