@@ -5,14 +5,14 @@ fills numba's typing and target registries: it imports about 70 of numba's modul
 makes tens of thousands of long-lived Python objects. In a process that has imported
 torch, PyG, scikit-learn and POT, that burst of allocations sets off a full (generation
 2) collection, which walks every tracked object of the process, however few of them are
-garbage. On the issue's check (400 NCI1 graphs, a fresh process that had imported POT)
-that one collection took 0.18-0.19 s of a 0.80 s first fit (`benchmarks/HISTORY.md`).
+garbage. Fitting 400 NCI1 graphs in a fresh process that had imported POT, that one
+collection was about a fifth of the first fit (``docs/performance.md``).
 
 :func:`numba_ready` therefore triggers the set-up through a trivial cached function with
 the collector paused, and restores the collector's state at once. The registries are
 long-lived and hold no garbage, so the collection skipped would have freed little:
-garbage cycles already in the process (or dropped by other threads during the 0.14 s
-pause) wait for the next collection instead. The public entry points that run numba code
+garbage cycles already in the process (or dropped by other threads during the pause, a
+fraction of a second) wait for the next collection instead. The public entry points that run numba code
 call it first; after the first call it costs one check of a flag.
 """
 
