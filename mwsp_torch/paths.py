@@ -1,4 +1,4 @@
-"""Shortest-path representations and sparse multi-scale node feature maps (SPEC section 3).
+"""Shortest-path representations and sparse multi-scale node feature maps (``docs/definition.md``).
 
 For a root ``v`` every node ``u`` with ``dist(v, u) <= d`` is an endpoint
 (``v`` itself included). The shortest paths from ``v`` are exactly the

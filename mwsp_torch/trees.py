@@ -1,4 +1,4 @@
-"""Canonical scale-s tree IDs (SPEC section 2).
+"""Canonical scale-s tree IDs (``docs/definition.md``).
 
 ``T_s(v)`` unfolds the shortest-path DAG of root ``v`` to depth ``s``: the
 children of a node at BFS distance ``l < s`` are *all* its neighbours at
