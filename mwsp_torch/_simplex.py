@@ -83,8 +83,8 @@ VOGEL_MIN_ARCS = 1 << 62
 
 #: Pricing blocks span at least this many arcs. On problems of 18-30 points a block
 #: of one row (POT's sqrt(m n) rule) finds poor entering arcs; 3-5 rows cut the pivots
-#: by about a fifth. From ~60 points on, where sqrt(m n) already exceeds this, the rule
-#: is POT's (``benchmarks/solver_settings.py`` measures it).
+#: by about a fifth (``docs/performance.md``). From ~60 points on, where sqrt(m n)
+#: already exceeds this, the rule is POT's.
 MIN_BLOCK_ARCS = 96
 
 #: Problems of at most this many arcs (and rows under ``ROW_MIN_SIMD`` columns) price every
