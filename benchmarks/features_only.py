@@ -1,6 +1,6 @@
 """Feature extraction alone (labels, tree IDs, path features, collapsed supports) for any checkout.
 
-One process, one dataset: prints the seconds ``MWSP._features`` took on the whole dataset
+One process, one dataset: prints the seconds ``MWSP.supports`` took on the whole dataset
 and the process's peak RSS. ``--tree`` picks the checkout whose ``mwsp_torch`` is imported,
 so an older revision can be measured back to back with this one (run each in its own
 process: the peak RSS is the process's). ``--check W.npy`` also checks a distance matrix
@@ -41,7 +41,7 @@ def main() -> None:
 
     graphs, _ = load_dataset(args.dataset)
     start = time.perf_counter()
-    support, features = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
+    support, features = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset)).supports(graphs)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB to GiB
     print(

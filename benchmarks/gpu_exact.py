@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     graphs, _ = load_dataset(args.dataset)
     graphs = graphs[: args.graphs]
-    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
+    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset)).supports(graphs)
     pairs = upper_pairs(support.num_graphs)
     warm = pairs[: min(len(pairs), 2000)]
     batched_exact_distances(support, support, warm, device=args.device, pad_to=args.pad_to)  # CUDA init, compile

@@ -56,7 +56,7 @@ def support_and_pairs(args: argparse.Namespace):
     graphs, _ = load_dataset(args.dataset)
     if args.graphs:
         graphs = graphs[: args.graphs]
-    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
+    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset)).supports(graphs)
     return support, random_pairs(support.num_graphs, args.pairs, args.seed)
 
 

@@ -76,7 +76,7 @@ def one(args) -> dict:
     warm = MWSP(d=args.d, k=args.k, labels=labels).fit(graphs[:3])  # numba compile, not timed
     del warm
     start = time.perf_counter()
-    support, features = model._features(graphs, fitted=False)
+    support, features = model.supports(graphs)
     feature_seconds = time.perf_counter() - start
     feature_rss = _peak_rss_gib()
     pairs = upper_pairs(n)

@@ -40,7 +40,7 @@ def main() -> None:
     from mwsp_torch.transport import exact_distances, upper_pairs
 
     graphs, _ = load_dataset(args.dataset)
-    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset))._features(graphs, fitted=False)
+    support, _ = MWSP(d=args.d, k=args.k, labels=default_labels(args.dataset)).supports(graphs)
     pairs = upper_pairs(len(graphs))
     sample = sample_pairs(pairs, args.sample)
     exact_distances(support, support, sample[:20], n_jobs=args.n_jobs)  # compile, warm

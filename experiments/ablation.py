@@ -37,8 +37,7 @@ from mwsp_torch import MWSP, paper_protocol
 
 def graph_feature_distances(graphs, labels, d, k) -> np.ndarray:
     model = MWSP(d=d, k=k, labels=labels)
-    model._validate_params()
-    features = model._features(graphs, fitted=False)[1]
+    features = model.supports(graphs)[1]
     sizes = np.array([g.num_nodes for g in graphs])
     owner = sp.csr_matrix((np.ones(sizes.sum()), (np.repeat(np.arange(len(graphs)), sizes), np.arange(sizes.sum()))))
     maps = (owner @ features).tocsr()

@@ -42,7 +42,7 @@ def cached_distances(
     sinkhorn_backend: str = "auto",
     n_jobs: int = -1,
     device: str = "cpu",
-    exact_engine: str = "compiled",
+    exact_engine: str = "auto",
     checkpoint: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
@@ -83,7 +83,7 @@ def cached_distances(
         checkpoint=checkpoint,
         progress=progress,
     )
-    model._validate_params()  # a cache hit must not let bad parameters pass unseen
+    model.validate_params()  # a cache hit must not let bad parameters pass unseen
     if not isinstance(dataset, str) or not dataset or Path(dataset).name != dataset or dataset in (".", ".."):
         raise ValueError(f"dataset must be a plain name (it names the cache file), got {dataset!r}")
     # The setting is what the estimator itself holds W to (what transform may not change).
@@ -92,7 +92,7 @@ def cached_distances(
             "dataset": dataset,
             "n": len(graphs),
             "format": CACHE_FORMAT,
-            **model._feature_settings(),
+            **model.feature_settings(),
             "graphs": graphs_fingerprint(graphs, labels=labels),
         },
         sort_keys=True,

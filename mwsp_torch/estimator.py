@@ -10,8 +10,10 @@ tables, so the fitted state never changes.
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,7 +42,76 @@ from mwsp_torch.transport import (
 )
 from mwsp_torch.trees import tree_ids
 
-EXACT_ENGINES = ("compiled", "batched", "thread")
+EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
+
+#: The largest row-to-row distance table (bytes) that ``exact_engine="auto"`` gives the thread
+#: engine (:func:`transport.thread_exact_distances`' own default limit); a larger bank goes to
+#: the compiled engine, which needs no table.
+THREAD_TABLE_BYTES = 1 << 30
+
+
+class SinkhornOnCPUWarning(UserWarning):
+    """``solver="sinkhorn"`` on a CPU, where the exact solver is both faster and exact."""
+
+
+class ExactEngineFallbackWarning(UserWarning):
+    """``exact_engine="auto"`` on a CUDA device it cannot use: the compiled CPU engine runs instead."""
+
+
+def choose_exact_engine(
+    device,
+    cuda_available: bool,
+    numba_cuda_available: bool,
+    checkpoint: bool = False,
+    table_fits: bool = True,
+) -> str:
+    """The exact engine that ``exact_engine="auto"`` runs.
+
+    The thread engine (one pair per CUDA thread) on a CUDA device that both torch and numba
+    can use, the compiled CPU engine otherwise. Measured on NCI1 at d=2, k=0 (all 8.4 M
+    pairs): 4.1-4.9 s on one H100 against 11.4-13.5 s for the compiled engine on that
+    machine's 16 CPU threads (``benchmarks/README.md``). The compiled engine is kept where
+    only it can do the job: with a ``checkpoint`` (the only engine that keeps tiles), or
+    when the thread engine's row-to-row distance table would not fit
+    :data:`THREAD_TABLE_BYTES` (datasets of large graphs).
+
+    Args:
+        device (str or torch.device): ``MWSP``'s ``device``.
+        cuda_available (bool): torch sees a CUDA device.
+        numba_cuda_available (bool): ``numba.cuda`` imports and sees a CUDA device.
+        checkpoint (bool): a checkpoint directory is set (default ``False``).
+        table_fits (bool): the thread engine's distance table fits (default ``True``).
+
+    Returns:
+        ``"thread"`` or ``"compiled"``.
+    """
+    import torch
+
+    on_cuda = torch.device(device).type == "cuda"
+    if on_cuda and cuda_available and numba_cuda_available and not checkpoint and table_fits:
+        return "thread"
+    return "compiled"
+
+
+def numba_cuda_available() -> bool:
+    """Whether ``numba.cuda`` imports and sees a usable CUDA device (never raises: a numba
+    CUDA that fails to import, as against a numpy it does not support, counts as absent)."""
+    try:
+        cuda = importlib.import_module("numba.cuda")
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def build_cpu_kernels() -> None:
+    """Build (about a minute, once per machine and source) or load the CPU kernels compiled
+    ahead of time, now rather than inside the first fit: ``fit`` calls it before its timer
+    starts, and the command line before its progress bars, so the build's minute is
+    never counted as the features' time. A build that fails falls back to numba's JIT with
+    a warning (``MWSP_KERNELS`` decides; see ``docs/engines.md``)."""
+    from mwsp_torch import _aot
+
+    _aot.module()
 
 
 class MWSP(TransformerMixin, BaseEstimator):
@@ -58,18 +129,25 @@ class MWSP(TransformerMixin, BaseEstimator):
             (default ``"exact"``).
         labels (str): ``"auto"``, ``"degree"`` or ``"uniform"`` (default ``"auto"``).
         device (str): torch device (default ``"cpu"``) for Sinkhorn and for the
-            batched and thread exact engines (the compiled engine runs on the CPU).
-        exact_engine (str): ``"compiled"`` (default: the numba CPU engine with
-            ``n_jobs`` threads, whatever ``device`` is) or ``"batched"`` (the torch
-            batched simplex, ``transport.batched_exact_distances``, on ``device``;
-            datasets of small graphs; no checkpoints). Same W to 1e-9. On an H100
-            the batched engine was 40x slower than the compiled one on that machine's
-            16 CPU threads (``benchmarks/README.md``), hence the default. ``"thread"``:
-            one pair per CUDA thread (``transport.thread_exact_distances``, numba CUDA) on
-            ``device``, pairs whose two supports hold more than 63 points together (before
-            cancelling) solved by the compiled engine on the host meanwhile; on
-            ``device="cpu"`` the same solver compiled for the CPU (slower than
-            ``"compiled"``; how it is tested); no checkpoints.
+            thread and batched exact engines (the compiled engine runs on the CPU).
+        exact_engine (str): how the exact solver runs (default ``"auto"``; all give the same
+            W to 1e-9):
+
+            - ``"auto"``: ``"thread"`` when ``device`` is a CUDA device that torch and numba
+              can use, else ``"compiled"`` (also with a ``checkpoint``, or a row bank too
+              large for the thread engine's table: :func:`choose_exact_engine`). A CUDA
+              ``device`` it cannot use warns. ``timings_["engine"]`` says which ran.
+            - ``"compiled"``: the numba CPU engine with ``n_jobs`` threads, whatever
+              ``device`` is; the only one that keeps a ``checkpoint``.
+            - ``"thread"``: one pair per CUDA thread on ``device``
+              (``transport.thread_exact_distances``, numba CUDA); pairs whose two supports
+              hold more than 63 points go to the compiled engine on the host meanwhile. On
+              NCI1 (8.4 M pairs) an H100 took 4.1-4.9 s, the compiled engine 11.4-13.5 s on
+              16 CPU threads (``benchmarks/README.md``). On ``device="cpu"`` the same
+              solver compiled for the CPU: slower than ``"compiled"``, and how it is tested.
+            - ``"batched"``: the torch batched simplex
+              (``transport.batched_exact_distances``) on ``device``, for datasets of small
+              graphs; slower than the other two.
         n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``-1``:
             like torch's own operations, and unlike scikit-learn's ``None``, a fit uses every
             core unless told otherwise; the distances do not depend on it).
@@ -79,9 +157,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         sinkhorn_backend (str): ``transport.sinkhorn_distances``' ``backend`` (default
             ``"auto"``: the fused torch loop when the row-to-row table fits, else geomloss's
             tensorized or online backends). ``"triton"`` (experimental, CUDA) runs the same
-            loop as Triton kernels, in float64, equal to ``"fused"`` to 1e-9: on an H100 it
-            did 1.4e6 NCI1 pairs/s at ``scaling=0.9`` against the fused loop's 1.3e5
-            (``benchmarks/README.md``).
+            loop as Triton kernels, in float64, equal to ``"fused"`` to 1e-9 and faster on a
+            GPU (``benchmarks/README.md``).
         sinkhorn_check (int): with ``solver="sinkhorn"``, ``fit`` also solves this many
             random training pairs exactly and reports how far Sinkhorn is from W at this
             ``blur`` in ``sinkhorn_error_`` (default ``64``; ``0``: not measured).
@@ -98,26 +175,30 @@ class MWSP(TransformerMixin, BaseEstimator):
             ``x`` or not, label width); ``transform`` reads new graphs the same way.
         tree_vocab_, path_vocab_ (Vocabulary), row_vocab_ (transport.RowVocabulary):
             fitted tables.
-        timings_ (dict): seconds spent in ``features`` and ``transport``, and how many
-            distinct measures (graphs up to an equal node-row distribution) and pairs
-            the transport solved; with a ``checkpoint``, ``pairs_from_checkpoint``, how many
-            of them were read from tiles (``transport`` then timed only the rest); with
-            Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` (how many pairs it solved exactly) and
-            ``sinkhorn_error_``'s three figures.
+        timings_ (dict): seconds spent in ``features`` and ``transport`` (a first use's
+            build of the CPU kernels excluded: :func:`build_cpu_kernels`), how many distinct
+            measures (graphs up to an equal node-row distribution) and pairs the transport
+            solved, and the ``engine`` that solved them (``"compiled"``, ``"thread"``,
+            ``"batched"`` or ``"sinkhorn"``); with a ``checkpoint``, ``pairs_from_checkpoint``,
+            how many of them were read from tiles (``transport`` then timed only the rest);
+            with Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` (how
+            many pairs it solved exactly) and ``sinkhorn_error_``'s three figures.
         sinkhorn_error_ (dict or None): with ``solver="sinkhorn"``, the approximation
             measured on ``pairs`` random training pairs (seeded, so a refit measures the
             same ones): ``median_relative`` and ``max_relative`` error against exact W
             (pairs with W > 0) and ``max_absolute``, the largest among those pairs, not a
-            bound over all pairs (40 MUTAG graphs: 4.6 % among 64 pairs, 8.0 % over all
-            780), with the ``blur`` and ``scaling``
-            used; the same settings give the same error on ``transform``'s pairs only in
-            distribution. ``None`` for the exact solver or ``sinkhorn_check=0``.
+            bound over all pairs, with the ``blur`` and ``scaling`` used; the same settings
+            give the same error on ``transform``'s pairs only in distribution. ``None`` for
+            the exact solver or ``sinkhorn_check=0``.
 
     Parameters that decide the features or the meaning of W (``d``, ``k``, ``paths``,
     ``labels``, ``solver``, and ``blur`` and ``scaling`` with Sinkhorn) are those of the
     last ``fit``: changing one with ``set_params`` needs a refit before ``transform``
     (an error says so). The others (``lam``, ``n_jobs``, ``device``, ``exact_engine``,
     ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``) may change freely.
+
+    ``solver="sinkhorn"`` pays on a GPU; on a CPU the exact solver is both faster and exact,
+    so ``fit`` warns there (:class:`SinkhornOnCPUWarning`).
     """
 
     def __init__(
@@ -129,7 +210,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         solver: str = "exact",
         labels: str = "auto",
         device: str = "cpu",
-        exact_engine: str = "compiled",
+        exact_engine: str = "auto",
         n_jobs: int = -1,
         blur: float = 0.01,
         scaling: float = 0.99,
@@ -154,8 +235,14 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.checkpoint = checkpoint
         self.progress = progress
 
-    def _validate_params(self) -> None:
-        """Every parameter checked before any work, so a bad one fails in seconds, not after the features."""
+    def validate_params(self) -> None:
+        """Check every parameter, before any work, so that a bad one fails in seconds rather
+        than after the features. ``fit`` and ``cross_distances`` call it; a caller that skips
+        ``fit`` (a cache of W, say) calls it to refuse what ``fit`` would refuse.
+
+        Raises:
+            ValueError: naming the parameter and the values it takes.
+        """
         for name in ("d", "k"):
             value = getattr(self, name)
             if not is_integer(value) or value < 0:
@@ -178,7 +265,7 @@ class MWSP(TransformerMixin, BaseEstimator):
             checkpoint_directory(self.checkpoint)
             if self.solver != "exact":
                 raise ValueError(f"checkpoint is only kept by the compiled exact engine, not by solver={self.solver!r}")
-            if self.exact_engine != "compiled":
+            if self.exact_engine not in ("auto", "compiled"):
                 raise ValueError(
                     f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
                 )
@@ -194,7 +281,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         """``device`` parsed, and where a solver will use it (Sinkhorn, the batched and thread
         exact engines) present: a CUDA device that torch (or, for the thread engine, numba)
         cannot see fails here rather than after the features. The compiled engine runs on
-        the CPU whatever ``device`` says."""
+        the CPU whatever ``device`` says, and ``"auto"`` falls back to it (with a warning
+        when it is run)."""
         import torch
 
         try:
@@ -213,7 +301,7 @@ class MWSP(TransformerMixin, BaseEstimator):
                 f"sinkhorn_backend='triton' runs on a CUDA device, not device={self.device!r} "
                 "(or on the CPU under Triton's interpreter, TRITON_INTERPRET=1); use 'fused' on the CPU"
             )
-        if device.type != "cuda" or (self.solver == "exact" and self.exact_engine == "compiled"):
+        if device.type != "cuda" or (self.solver == "exact" and self.exact_engine in ("auto", "compiled")):
             return
         if self.solver == "exact" and self.exact_engine == "thread":
             from numba import cuda
@@ -225,6 +313,23 @@ class MWSP(TransformerMixin, BaseEstimator):
                 )
         elif not torch.cuda.is_available():
             raise ValueError(f"device={self.device!r}, but torch sees no CUDA device here; use device='cpu'")
+
+    def supports(self, graphs) -> tuple[SupportSet, sp.csr_matrix]:
+        """The graphs as transport measures, as ``fit`` computes them before its transport,
+        with vocabularies of their own: nothing is fitted or changed. For timing or running
+        the transport alone (``transport.exact_distances`` and its siblings take the
+        support sets).
+
+        Args:
+            graphs: a list of PyG ``Data`` or a PyG dataset.
+
+        Returns:
+            ``(support_set, features)``: a ``transport.SupportSet`` (the distinct node rows
+            and each graph's weighted support on them) and the ``[num_nodes, num_features]``
+            sparse node feature maps.
+        """
+        self.validate_params()
+        return self._features(graphs, fitted=False)
 
     def _features(self, graphs, fitted: bool, tables: dict | None = None) -> tuple[SupportSet, sp.csr_matrix]:
         """Supports of ``graphs``; during ``fit`` the vocabularies grow (and are put in ``tables``
@@ -265,17 +370,53 @@ class MWSP(TransformerMixin, BaseEstimator):
         support_set = SupportSet(rows=bank, graph_ptr=graph_ptr, support=support, counts=counts, sizes=graph_set.sizes)
         return support_set, features
 
+    def _engine(self, num_rows: int) -> str:
+        """The engine that solves this call's pairs: ``"sinkhorn"``, or the exact engine, with
+        ``"auto"`` resolved by :func:`choose_exact_engine` (``num_rows``: the shared row bank's
+        size, which sizes the thread engine's table)."""
+        if self.solver != "exact":
+            return "sinkhorn"
+        if self.exact_engine != "auto":
+            return self.exact_engine
+        import torch
+
+        cuda = _device_type(self.device) == "cuda"
+        torch_cuda = cuda and torch.cuda.is_available()
+        numba_cuda = cuda and numba_cuda_available()
+        table_fits = num_rows**2 * 8 <= THREAD_TABLE_BYTES
+        engine = choose_exact_engine(
+            self.device, torch_cuda, numba_cuda, checkpoint=self.checkpoint is not None, table_fits=table_fits
+        )
+        if cuda and not (torch_cuda and numba_cuda):
+            missing = "torch" if not torch_cuda else "numba"
+            warnings.warn(
+                f"exact_engine='auto' with device={str(self.device)!r}, but {missing} sees no usable CUDA device: "
+                "the compiled CPU engine computes W instead (pass device='cpu' to silence this)",
+                ExactEngineFallbackWarning,
+                stacklevel=4,
+            )
+        return engine
+
     def _distances(
         self, left: SupportSet, right: SupportSet, pairs: np.ndarray, stats: dict | None = None
     ) -> np.ndarray:
+        engine = self._engine(left.rows.shape[0])
+        if stats is not None:
+            stats["engine"] = engine
         with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
-            if self.solver == "exact" and self.exact_engine == "batched":
+            if engine == "batched":
                 return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
-            if self.solver == "exact" and self.exact_engine == "thread":
+            if engine == "thread":
                 return thread_exact_distances(
-                    left, right, pairs, device=self.device, n_jobs=self.n_jobs, progress=bar.update
+                    left,
+                    right,
+                    pairs,
+                    device=self.device,
+                    n_jobs=self.n_jobs,
+                    table_bytes=THREAD_TABLE_BYTES,
+                    progress=bar.update,
                 )
-            if self.solver == "exact":
+            if engine == "compiled":
                 return exact_distances(
                     left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update, stats=stats
                 )
@@ -295,8 +436,14 @@ class MWSP(TransformerMixin, BaseEstimator):
                 diameter=sinkhorn_diameter(training_rows, self.blur),
             )
 
-    def _feature_settings(self) -> dict:
-        """The parameters that ``distances_`` and the fitted vocabularies depend on."""
+    def feature_settings(self) -> dict:
+        """The parameters that ``distances_`` and the fitted vocabularies depend on: ``d``,
+        ``k``, ``paths``, ``labels``, ``solver``, and with Sinkhorn ``blur`` and ``scaling``.
+        What a cache of W keys on, and what ``transform`` refuses to see changed after ``fit``.
+
+        Returns:
+            ``{name: value}``.
+        """
         settings = {"d": self.d, "k": self.k, "paths": self.paths, "labels": self.labels, "solver": self.solver}
         if self.solver == "sinkhorn":
             settings.update(blur=self.blur, scaling=self.scaling)
@@ -331,7 +478,17 @@ class MWSP(TransformerMixin, BaseEstimator):
         Returns:
             self
         """
-        self._validate_params()
+        self.validate_params()
+        if self.solver == "sinkhorn" and _device_type(self.device) == "cpu":
+            warnings.warn(
+                "solver='sinkhorn' on a CPU is slower than the exact solver there, and only approximate "
+                "(MUTAG at scaling=0.99: about 5-10 pairs/s, a worst error of 7 %; exact: all 435 pairs of "
+                "30 graphs in 0.01 s): use solver='exact' (the default), or Sinkhorn on a CUDA device; "
+                "a lower scaling is faster but less accurate (0.9: about 5x faster, a worst error of 30 %)",
+                SinkhornOnCPUWarning,
+                stacklevel=2,
+            )
+        build_cpu_kernels()  # a first use's build, before the timer and the progress bars
         start = time.perf_counter()
         # Everything goes into locals first and becomes the model's at the end, so a fit that
         # fails or is interrupted (Ctrl-C) leaves the previous fit whole, not half replaced.
@@ -368,7 +525,7 @@ class MWSP(TransformerMixin, BaseEstimator):
             distances_=distances[np.ix_(inverse, inverse)],
             timings_=timings,
             sinkhorn_error_=error,
-            fitted_settings_=self._feature_settings(),
+            fitted_settings_=self.feature_settings(),
         )
         for name, value in fitted.items():
             setattr(self, name, value)
@@ -386,7 +543,7 @@ class MWSP(TransformerMixin, BaseEstimator):
     def cross_distances(self, graphs) -> np.ndarray:
         """W between new graphs and the training graphs, ``[n_new, n_train]``."""
         check_is_fitted(self, "distances_")
-        self._validate_params()
+        self.validate_params()
         fitted = getattr(self, "fitted_settings_", None)
         if fitted is not None:
             for name, value in fitted.items():  # solver before blur and scaling
@@ -411,6 +568,13 @@ class MWSP(TransformerMixin, BaseEstimator):
     def transform(self, graphs) -> np.ndarray:
         """Kernel between new graphs and the training graphs, ``[n_new, n_train]``."""
         return self.kernel(self.cross_distances(graphs))
+
+
+def _device_type(device) -> str:
+    """``"cpu"`` or ``"cuda"``: the type of a torch device given as a string or ``torch.device``."""
+    import torch
+
+    return torch.device(device).type
 
 
 def _widen(matrix: sp.csr_matrix, width: int) -> sp.csr_matrix:

@@ -195,7 +195,7 @@ def test_a_cache_hit_returns_the_fits_timings_with_sinkhorn_error(tmp_path):
 
 
 def test_every_setting_w_depends_on_is_in_the_cache_key(tmp_path):
-    """Each parameter ``MWSP._feature_settings`` names (what W depends on) changes the key:
+    """Each parameter ``MWSP.feature_settings`` names (what W depends on) changes the key:
     computed again, not served another setting's W. The graphs are chosen so that every
     change gives a different W (checked), and the list must cover every such parameter."""
     unlabelled = [
@@ -206,8 +206,8 @@ def test_every_setting_w_depends_on_is_in_the_cache_key(tmp_path):
     changes = [("d", 3), ("k", 1), ("paths", "all"), ("labels", "uniform"), ("solver", "sinkhorn")]
     sinkhorn = {**base, "solver": "sinkhorn", "blur": 0.05, "scaling": 0.9}
     sinkhorn_changes = [("blur", 0.2), ("scaling", 0.5)]
-    assert {name for name, _ in changes} == set(MWSP(**base)._feature_settings())
-    assert {name for name, _ in changes + sinkhorn_changes} == set(MWSP(**sinkhorn)._feature_settings())
+    assert {name for name, _ in changes} == set(MWSP(**base).feature_settings())
+    assert {name for name, _ in changes + sinkhorn_changes} == set(MWSP(**sinkhorn).feature_settings())
     for start, edits in [(base, changes), (sinkhorn, sinkhorn_changes)]:
         first, timings = cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **start)
         assert not timings["cached"]
