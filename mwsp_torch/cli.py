@@ -2,7 +2,7 @@
 
 Examples::
 
-    mwsp evaluate                                   # offline demo: generated CSL, nested CV
+    mwsp evaluate --d 4 --k 0 1                     # offline demo: generated CSL, nested CV
     mwsp evaluate --dataset MUTAG --root DIR --d 2 --k 0 --protocol paper --json r.json
     mwsp evaluate --dataset PTC_MR --d 1 2 3 --k 0 1      # nested grid over d x k
     mwsp distances --dataset MUTAG --d 2 --k 0 --out W.npy
@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.cache import cached_distances
-from mwsp_torch.datasets import default_labels, load_dataset
+from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset
 from mwsp_torch.estimator import EXACT_ENGINES
 from mwsp_torch.evaluation import (
     NESTED_INNER_FOLDS,
     SEED_RANGE,
-    _check_folds,
-    _check_inner_folds,
-    _check_labels,
+    check_folds,
+    check_inner_folds,
+    check_labels,
     nested_protocol,
     paper_protocol,
     reported_std,
@@ -76,15 +76,19 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         "(default: the paper's choice for the dataset, auto where it has node labels)",
     )
     parser.add_argument(
-        "--device", default="cpu", help="torch device (Sinkhorn, and the batched and thread exact engines)"
+        "--device",
+        default="cpu",
+        help="torch device, cpu (default) or cuda[:N]: where Sinkhorn runs, and the exact solver with "
+        "--exact-engine auto, thread or batched",
     )
     parser.add_argument(
         "--exact-engine",
         choices=EXACT_ENGINES,
         default=None,
-        help="exact W from the compiled CPU engine (default), the torch batched simplex on --device, "
-        "or one pair per CUDA thread on --device (thread; on --device cpu the same solver built for the CPU, "
-        "slower than compiled)",
+        help="auto (default: thread on a CUDA --device that torch and numba can use, else compiled), "
+        "compiled (the CPU engine, --n-jobs threads), thread (one pair per CUDA thread on --device; "
+        "on --device cpu the same solver built for the CPU, slower than compiled) "
+        "or batched (the torch batched simplex on --device)",
     )
     parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
     parser.add_argument(
@@ -163,10 +167,10 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
 def _evaluate(args) -> dict:
     graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
     # What the protocol would refuse only after every W is computed, refused before any.
-    y = _check_labels(y)
-    _check_folds(y, args.folds, "n_splits" if args.protocol == "paper" else "n_outer")
+    y = check_labels(y)
+    check_folds(y, args.folds, "n_splits" if args.protocol == "paper" else "n_outer")
     if args.protocol == "nested":
-        _check_inner_folds(y, args.folds, NESTED_INNER_FOLDS)
+        check_inner_folds(y, args.folds, NESTED_INNER_FOLDS)
     labels = args.labels or default_labels(args.dataset)
     settings = [(d, k) for d in args.d for k in args.k]
     distances, timings = {}, {}
@@ -234,7 +238,7 @@ _DEPENDENT_OPTIONS = {
     "blur": (0.01, "solver", "sinkhorn"),
     "scaling": (0.99, "solver", "sinkhorn"),
     "sinkhorn_backend": ("auto", "solver", "sinkhorn"),
-    "exact_engine": ("compiled", "solver", "exact"),
+    "exact_engine": ("auto", "solver", "exact"),
     "repeats": (10, "protocol", "nested"),
     "krein": ("flip", "svm", "krein"),
 }
@@ -294,7 +298,9 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
 
 
 def _summary(result: dict) -> str:
-    """The one line printed: mean +- std, and what the std is over (:func:`reported_std`)."""
+    """What is printed: mean +- std and what the std is over (:func:`reported_std`) on the
+    first line; then, where the result holds them, the spread of the folds' accuracies and
+    the ceiling that the distances themselves put on any kernel's accuracy."""
     std, over = reported_std(result)
     folds = result["outer_folds"]
     if over == "repetitions":
@@ -304,11 +310,27 @@ def _summary(result: dict) -> str:
     else:
         over = f"{folds} folds"
     grid = result["grid"]
-    return (
+    lines = [
         f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {std:.2f} % "
         f"({result['protocol']} protocol, std over {over}, majority class {result['majority_rate']:.2f} %, "
         f"d in {grid['d']}, k in {grid['k']})"
-    )
+    ]
+    accuracies = result.get("fold_accuracies")
+    if accuracies and over.endswith("repetitions' means"):
+        lines.append(
+            f"  each repetition's mean scores every graph once; the {len(accuracies)} folds' accuracies "
+            f"range from {min(accuracies):.2f} to {max(accuracies):.2f} %"
+        )
+    ceiling = result.get("accuracy_ceiling")
+    if ceiling is not None and ceiling < 100.0:
+        note = "graphs at W = 0 from each other get one prediction, and some such graphs differ in class"
+        if result["dataset"] == "CSL" and result.get("paths") == "split" and ceiling == 90.0:
+            note = (
+                f"CSL's skip-{CSL_SKIPS[4]} and skip-{CSL_SKIPS[9]} graphs have as many nodes at each distance "
+                "and one tree at every node, so they are at W = 0 and get one prediction"
+            )
+        lines.append(f"  accuracy ceiling of these distances: {ceiling:.2f} % ({note})")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""SVM evaluation of precomputed MWSP distances (SPEC section 5).
+"""SVM evaluation of precomputed MWSP distances.
 
 Two protocols, always named in their results:
 
@@ -15,8 +15,9 @@ Two protocols, always named in their results:
   from the whole grid, the held-out fold is scored once. Mean and std over
   the repetitions' accuracies.
 
-Accuracies are in percent. Every result carries the majority-class rate: a
-selection that predicts one class is visible at a glance.
+Accuracies are in percent. Every result carries the majority-class rate (a
+selection that predicts one class is visible at a glance) and the accuracy ceiling of
+the distances themselves (:func:`accuracy_ceiling`).
 """
 
 from __future__ import annotations
@@ -111,7 +112,19 @@ def max_folds(y: np.ndarray) -> int:
     return int(counts.min())
 
 
-def _check_folds(y: np.ndarray, n_splits: int, what: str) -> None:
+def check_folds(y: np.ndarray, n_splits: int, what: str) -> None:
+    """Refuse ``n_splits`` stratified folds that ``y`` cannot fill: every class needs a graph
+    in each fold. The protocols call it; a caller that computes W first (the command line)
+    calls it before, so that a bad fold count fails in seconds.
+
+    Args:
+        y (np.ndarray): ``[n]`` class labels.
+        n_splits (int): the number of folds asked for.
+        what (str): the argument's name, for the message (``"n_splits"``, ``"n_outer"``).
+
+    Raises:
+        ValueError: naming ``what`` and the largest number of folds ``y`` allows.
+    """
     if n_splits < 2:
         raise ValueError(f"{what} must be at least 2, got {n_splits}")
     most = max_folds(y)
@@ -127,10 +140,19 @@ def _check_folds(y: np.ndarray, n_splits: int, what: str) -> None:
         )
 
 
-def _check_inner_folds(y: np.ndarray, n_outer: int, n_inner: int) -> None:
-    """Every class keeps ``n_inner`` graphs in every outer training fold (a stratified test
-    fold takes at most ``ceil(count / n_outer)`` of a class); scikit-learn would only warn
-    and select ``(d, k, lam, C)`` on inner folds that miss a class."""
+def check_inner_folds(y: np.ndarray, n_outer: int, n_inner: int) -> None:
+    """Refuse ``n_inner`` inner folds unless every class keeps ``n_inner`` graphs in every
+    outer training fold (a stratified test fold takes at most ``ceil(count / n_outer)`` of a
+    class); scikit-learn would only warn, and select ``(d, k, lam, C)`` on inner folds that
+    miss a class.
+
+    Args:
+        y (np.ndarray): ``[n]`` class labels.
+        n_outer, n_inner (int): outer and inner fold counts.
+
+    Raises:
+        ValueError: naming the class that falls short and the counts that would do.
+    """
     if not is_integer(n_inner) or n_inner < 2:
         raise ValueError(f"n_inner must be an integer >= 2, got {n_inner!r}")
     classes, counts = np.unique(y, return_counts=True)
@@ -151,8 +173,19 @@ def _as_array(values) -> np.ndarray:
     return np.asarray(values)
 
 
-def _check_labels(y) -> np.ndarray:
-    """``y`` as a 1-D numpy array of at least two classes, or a ValueError naming what is wrong."""
+def check_labels(y) -> np.ndarray:
+    """Class labels as the protocols take them.
+
+    Args:
+        y: ``[n]`` labels, a numpy array, list or (any-device) torch tensor.
+
+    Returns:
+        ``y`` as a 1-D numpy array (values and dtype unchanged).
+
+    Raises:
+        ValueError: for labels that are not 1-D (a column included), empty, not finite, or
+            of a single class.
+    """
     y = _as_array(y)
     if y.ndim != 1:
         shape = tuple(int(s) for s in y.shape)
@@ -253,34 +286,101 @@ def _svc_accuracy(k_train, y_train, k_test, y_test, C: float) -> float:
     return float(np.mean(model.predict(k_test) == y_test))
 
 
-def _select(kernels: _Kernels, keys, lams, Cs, y: np.ndarray, train: np.ndarray, inner: StratifiedKFold):
-    """Grid order: setting, then lam, then C; the first best mean inner accuracy wins."""
-    splits = list(inner.split(np.zeros(len(train)), y[train]))
-    best, best_score = None, -1.0
-    for key in keys:
-        for lam in lams:
-            scores = np.zeros(len(Cs))
-            for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
-                for c, C in enumerate(Cs):
-                    scores[c] += _svc_accuracy(kt, y[train][inner_train], kv, y[train][inner_test], C)
-            scores /= len(splits)
-            for c, C in enumerate(Cs):
-                if scores[c] > best_score:
-                    best, best_score = (key, lam, C), scores[c]
-    return best
+def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: np.ndarray, splits: list):
+    """Mean inner-validation accuracy of each ``C`` for one setting ``key`` and ``lam`` on the
+    training fold ``train``: one step of a fold's selection."""
+    scores = np.zeros(len(Cs))
+    for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
+        for c, C in enumerate(Cs):
+            scores[c] += _svc_accuracy(kt, y[train][inner_train], kv, y[train][inner_test], C)
+    return scores / len(splits)
 
 
-def _score_fold(kernels, keys, lams, Cs, y, train, test, inner):
-    key, lam, C = _select(kernels, keys, lams, Cs, y, train, inner)
+def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
+    key, lam, C = choice
     k_train, k_test = kernels.fold(key, lam, train, test)
-    return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C), (key, lam, C)
+    return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C)
 
 
-def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool, desc: str) -> list:
-    """``(accuracy, (key, lam, C))`` for each ``(train, test, inner)`` fold, in order, over ``n_jobs`` processes."""
-    tasks = (delayed(_score_fold)(kernels, keys, lams, Cs, y, train, test, inner) for train, test, inner in folds)
+def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str) -> list:
+    """``(accuracy, (key, lam, C))`` for each ``(train, test, inner)`` fold, in order.
+
+    The work runs over ``n_jobs`` processes as one step per fold, setting and ``lam`` (the
+    inner cross-validation of every ``C``), then one final fit per fold, under one progress
+    bar over all of them. A fold selects in grid order (setting, then ``lam``, then ``C``):
+    the first best mean inner accuracy wins.
+    """
+    splits = [list(inner.split(np.zeros(len(train)), y[train])) for train, _, inner in folds]
+    steps = [(f, key, lam) for f in range(len(folds)) for key in keys for lam in lams]
     runner = Parallel(n_jobs=n_jobs, return_as="generator")
-    return list(tqdm(runner(tasks), total=len(folds), desc=desc, disable=not progress))
+    with tqdm(total=len(steps) + len(folds), desc=desc, unit="step", disable=_hidden(progress)) as bar:
+        scores = {}
+        tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in steps)
+        for step, step_scores in zip(steps, runner(tasks), strict=True):
+            scores[step] = step_scores
+            bar.update()
+        chosen = []
+        for f in range(len(folds)):
+            best, best_score = None, -1.0
+            for key in keys:
+                for lam in lams:
+                    for c, C in enumerate(Cs):
+                        if scores[(f, key, lam)][c] > best_score:
+                            best, best_score = (key, lam, C), scores[(f, key, lam)][c]
+            chosen.append(best)
+        tasks = (
+            delayed(_fold_accuracy)(kernels, choice, y, train, test)
+            for choice, (train, test, _) in zip(chosen, folds, strict=True)
+        )
+        accuracies = []
+        for accuracy in runner(tasks):
+            accuracies.append(accuracy)
+            bar.update()
+    return list(zip(accuracies, chosen, strict=True))
+
+
+def _hidden(progress: bool | None) -> bool | None:
+    """tqdm's ``disable`` for a ``progress`` argument: ``None`` shows the bar on a terminal
+    only (so not under pytest, in a pipe or a log file)."""
+    return None if progress is None else not progress
+
+
+def accuracy_ceiling(distances, y) -> float:
+    """The highest accuracy, in percent, that any classifier on kernels of W can reach.
+
+    Graphs at ``W = 0`` from each other have equal rows in every kernel ``exp(-lam W)`` (W
+    is a metric, so ``W(a, c) = W(b, c)``) and get one prediction: a group of them scores
+    at most its most frequent class. Generated CSL at ``paths="split"`` has such a group:
+    its skip-6 and skip-16 graphs see the same number of nodes at every distance, and
+    every node the same tree, so they are one measure and the ceiling is 90 %.
+
+    Args:
+        distances: ``[n, n]`` W, or ``{(d, k): W}`` (then the best setting's ceiling: a
+            fold selects one setting).
+        y (np.ndarray): ``[n]`` class labels.
+
+    Returns:
+        The ceiling in percent (100 where no two graphs of different classes are at 0).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if isinstance(distances, Mapping):
+        return max(accuracy_ceiling(w, y) for w in distances.values())
+    y = _as_array(y)
+    w = _as_array(distances)
+    n = len(y)
+    rows, cols = [], []
+    for start in range(0, n, _CHECK_ROWS):
+        i, j = np.nonzero(np.asarray(w[start : start + _CHECK_ROWS]) == 0)
+        rows.append(i + start)
+        cols.append(j)
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    _, group = connected_components(coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, n)), directed=False)
+    _, classes = np.unique(y, return_inverse=True)
+    counts = np.zeros((group.max() + 1, classes.max() + 1), dtype=np.int64)
+    np.add.at(counts, (group, classes), 1)
+    return float(100.0 * counts.max(axis=1).sum() / n)
 
 
 def paper_protocol(
@@ -292,7 +392,7 @@ def paper_protocol(
     svm: str = "svc",
     krein: str = "flip",
     n_jobs: int = 1,
-    progress: bool = False,
+    progress: bool | None = None,
     n_splits: int = 10,
 ) -> dict:
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
@@ -307,7 +407,9 @@ def paper_protocol(
         svm (str): ``"svc"`` or ``"krein"`` (default ``"svc"``).
         krein (str): ``"flip"`` or ``"clip"`` when ``svm="krein"`` (default ``"flip"``).
         n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
-        progress (bool): tqdm over folds (default ``False``).
+        progress (bool, optional): one tqdm bar over the whole selection (every fold's
+            inner cross-validation of each ``lam``, then its final fit); ``True``, ``False``,
+            or ``None`` (default): on a terminal only, so not under pytest or in a log.
         n_splits (int): outer folds (default ``10``, the authors'); a dataset whose
             smallest class has fewer graphs (Cuneiform: 8) needs fewer, and
             :func:`max_folds` says how many. Stated in the result.
@@ -315,7 +417,8 @@ def paper_protocol(
     Returns:
         dict with ``accuracy_mean``, ``accuracy_std`` (percent, std over the
         outer folds), ``fold_accuracies``, ``selected`` (lam, C per fold),
-        ``majority_rate``, ``grid`` and ``protocol``.
+        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid`` and
+        ``protocol``.
 
     Raises:
         ValueError: naming the argument, for a ``y`` that is not 1-D (a column ``[n, 1]``
@@ -324,12 +427,12 @@ def paper_protocol(
             entry: a kernel in place of W is refused), an empty or
             non-positive grid, a seed that is not an integer, or too many folds.
     """
-    y = _check_labels(y)
+    y = check_labels(y)
     lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
     if not _is_seed(seed):
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
     distances = _check_distances(distances, len(y), "distances")
-    _check_folds(y, n_splits, "n_splits")
+    check_folds(y, n_splits, "n_splits")
     kernels = _Kernels({None: distances}, svm, krein)
     # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
     # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
@@ -340,7 +443,7 @@ def paper_protocol(
         outer = StratifiedKFold(n_splits=n_splits, shuffle=True)
         inner = StratifiedKFold(n_splits=5, shuffle=False)
         folds = [(train, test, inner) for train, test in outer.split(np.zeros(len(y)), y)]
-        scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "folds")
+        scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol")
     finally:
         np.random.set_state(caller_state)
     accuracies = [acc for acc, _ in scored]
@@ -353,6 +456,7 @@ def paper_protocol(
         "fold_accuracies": accuracies,
         "selected": selected,
         "majority_rate": majority_rate(y),
+        "accuracy_ceiling": accuracy_ceiling(distances, y),
         "grid": {"lam": list(lams), "C": list(Cs)},
         "outer_folds": n_splits,
         "svm": svm if svm == "svc" else f"krein-{krein}",
@@ -371,7 +475,7 @@ def nested_protocol(
     svm: str = "svc",
     krein: str = "flip",
     n_jobs: int = 1,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
 
@@ -384,18 +488,22 @@ def nested_protocol(
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         svm, krein (str): as in :func:`paper_protocol`.
         n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
-        progress (bool): tqdm over outer folds (default ``False``).
+        progress (bool, optional): as in :func:`paper_protocol` (a step: one outer fold's
+            inner cross-validation of one ``(d, k)`` and ``lam``).
 
     Returns:
         dict with ``accuracy_mean`` and ``accuracy_std`` (percent; over the
-        repetitions' mean accuracies), ``repetition_accuracies``,
-        ``fold_accuracies``, ``selected``, ``majority_rate``, ``grid`` and ``protocol``.
+        repetitions' mean accuracies: each repetition scores every graph once, so a model
+        that errs on the same graphs whatever the folds has a std of 0),
+        ``repetition_accuracies``, ``fold_accuracies``, ``fold_accuracy_std``, ``selected``,
+        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid`` and
+        ``protocol``.
 
     Raises:
         ValueError: as :func:`paper_protocol` does (a W's messages name its ``(d, k)``), and
             for keys that are not ``(d, k)`` pairs of integers ``>= 0`` or empty ``seeds``.
     """
-    y = _check_labels(y)
+    y = check_labels(y)
     lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
     seeds = _as_tuple(seeds, "seeds")
     if len(seeds) == 0:
@@ -415,8 +523,8 @@ def nested_protocol(
         if not (isinstance(key, tuple) and len(key) == 2 and all(is_integer(v) and v >= 0 for v in key)):
             raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
-    _check_folds(y, n_outer, "n_outer")
-    _check_inner_folds(y, n_outer, n_inner)
+    check_folds(y, n_outer, "n_outer")
+    check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)
     jobs, fold_seeds = [], []
@@ -426,7 +534,7 @@ def nested_protocol(
         for train, test in outer.split(np.zeros(len(y)), y):
             jobs.append((train, test, inner))
             fold_seeds.append(seed)
-    scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "outer folds")
+    scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")
     folds = [acc for acc, _ in scored]
     selected = [
         {"seed": seed, "d": key[0], "k": key[1], "lam": lam, "C": C}
@@ -443,6 +551,7 @@ def nested_protocol(
         "fold_accuracy_std": float(np.std(folds)),
         "selected": selected,
         "majority_rate": majority_rate(y),
+        "accuracy_ceiling": accuracy_ceiling(distances, y),
         "grid": {
             "d": sorted({key[0] for key in keys}),
             "k": sorted({key[1] for key in keys}),

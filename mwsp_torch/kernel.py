@@ -1,4 +1,4 @@
-"""From distances to kernels: ``K = exp(-lam W)`` and its Krein-space treatments (SPEC section 4).
+"""From distances to kernels: ``K = exp(-lam W)`` and its Krein-space treatments.
 
 ``K`` is not positive semi-definite in general. ``svm="svc"`` uses it as it is
 (what the authors' code does); ``"flip"`` and ``"clip"`` replace the training
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mwsp_torch._checks import is_integer, is_positive_number, is_real
+from mwsp_torch._checks import is_positive_number
 
-__all__ = ["KREIN_MODES", "is_integer", "is_positive_number", "is_real", "krein_projector", "laplacian_kernel"]
+__all__ = ["KREIN_MODES", "SYMMETRY_TOL", "krein_projector", "laplacian_kernel"]
 
 KREIN_MODES = ("flip", "clip")
 
