@@ -1,32 +1,35 @@
 """The CPU kernels compiled ahead of time, so that a process's first fit does not wait for numba.
 
 Why: every numba function, even one loaded from numba's disk cache, makes the first call
-in a process pay numba's set-up (its typing and target registries: 0.13-0.16 s on this
-project's 2-core machine) and a load of each function's cached code (0.06 s for the five
-the exact fit calls). On the issue's check, 400 NCI1 graphs at d=2, k=0, that was a third
-of a process's first fit (0.62 s against 0.39 s once warm; ``benchmarks/HISTORY.md``).
-The same functions compiled once into an ordinary CPython extension load in about a
-millisecond and need none of numba at run time.
+in a process pay numba's set-up (its typing and target registries) and a load of each
+function's cached code: a few tenths of a second, on the issue's check (400 NCI1 graphs,
+d=2, k=0) a third of a process's first fit (``benchmarks/README.md``). The same functions
+compiled once into an ordinary CPython extension load in about a millisecond and need none
+of numba at run time.
 
-How: numba's own ahead-of-time compiler (:mod:`numba.pycc`) compiles the very functions
-the JIT path runs (their ``py_func``), so there is one source of truth. ``numba.pycc`` is
-pending deprecation in numba, and the pinned range of numba keeps it; should it go, or
-should a build fail (it needs a C compiler), the kernels fall back to numba's JIT with a
-warning, and give the same values. The extension:
+What: each module declares its own entry points (:func:`entry`: a numba function, its
+argument codes and return type) and calls the :class:`Kernel` it gets back. numba's own
+ahead-of-time compiler (:mod:`numba.pycc`) compiles the very functions the JIT path runs
+(their ``py_func``), so there is one source of truth. ``numba.pycc`` is pending deprecation
+in numba, and the pinned range of numba keeps it; should it go, or should a build fail (it
+needs a C compiler), the kernels fall back to numba's JIT with a warning, and give the same
+values. The extension:
 
-- is built on first use, in a child process (``python -m mwsp_torch._aot``) that starts
-  from an empty numba cache (so no stale cached function is linked in) and without the
-  caller's ``NUMBA_*`` settings (so a key names one build), under a file lock that the child
-  holds too (a build orphaned by a killed caller is not doubled), into ``$MWSP_KERNEL_DIR``
+- is built on first use, in a child process (``python -m mwsp_torch._aot``, which imports
+  the package, so that every module registers its entry points) that starts from an empty
+  numba cache (so no stale cached function is linked in) and without the caller's
+  ``NUMBA_*`` settings (so a key names one build), under a file lock that the child holds
+  too (a build orphaned by a killed caller is not doubled), into ``$MWSP_KERNEL_DIR``
   (default: ``kernels/`` in the cache directory, ``$MWSP_CACHE_DIR`` or
   ``~/.cache/mwsp_torch``); it takes about a minute, once. The child runs in the folder
   that holds this package and refuses to build unless it imported this very package with
   the same key: run from a folder holding another copy of ``mwsp_torch`` (a worktree),
   ``-m`` would otherwise compile that copy's sources under this one's name;
-- is named by a hash of the kernels' sources (each with its name and length), numba's,
-  llvmlite's, NumPy's (the extension is built against its C interface) and Python's
-  versions and the host CPU (it is compiled for it), so an edit, another environment or
-  another machine builds a new one;
+- is named by a hash of the sources of :data:`SOURCE_MODULES` (each with its name and
+  length), numba's, llvmlite's, NumPy's (the extension is built against its C interface)
+  and Python's versions and the host CPU (it is compiled for it), so an edit, another
+  environment or another machine builds a new one. An entry point's module must be one
+  of them (:func:`entry` refuses others), so a kernel's edit always changes the key;
 - a failed build leaves a ``.failed`` file beside the extension's name, with the error, so
   later processes in ``auto`` mode fall back at once instead of retrying a build that may
   take a minute to fail; ``MWSP_KERNELS=aot`` always retries, and deleting the file does.
@@ -41,13 +44,11 @@ One difference in the code: numba lowers ``a[i]`` for a signed ``i`` with a wrap
 (``i + len(a)`` where ``i < 0``, as Python does), and LLVM can drop it only where it can
 prove ``i >= 0``, not for an index loaded from another array (a parent, an arc, a row ID),
 which is most of the exact solver's. The build lowers the kernels' own indexing without it
-(:func:`_index_without_wraparound`). That is sound because the kernels never index with a
-negative number: ``tests/test_aot.py`` runs them with that lowering and
-``NUMBA_BOUNDSCHECK=1``, under which a negative index is an ``IndexError`` (the whole test
-suite passed so too). numba's own functions keep their lowering. The exact engine, this
-build against the one before it alternated in one process on the same pairs, gave equal
-matrices 1.10x faster on NCI1 (d=2, k=0), 1.20x on PROTEINS (d=2, k=0) and 1.07-1.15x on
-DD (d=2, k=1) (``benchmarks/HISTORY.md``, fourth session of 2026-11-25).
+(:func:`_index_without_wraparound`), which made the exact engine about 1.1x faster with
+equal matrices (``benchmarks/README.md``). That is sound because the kernels never index
+with a negative number: ``tests/test_aot.py`` runs them with that lowering and
+``NUMBA_BOUNDSCHECK=1``, under which a negative index is an ``IndexError``. numba's own
+functions keep their lowering.
 """
 
 from __future__ import annotations
@@ -71,41 +72,21 @@ KERNELS_ENV = "MWSP_KERNELS"
 KERNEL_DIR_ENV = "MWSP_KERNEL_DIR"
 MODES = ("auto", "aot", "jit")
 
-#: The modules whose numba functions (and intrinsics) the entry points compile; their
-#: sources name the build.
-SOURCE_MODULES = ("_aot", "_borrow", "_interning", "_simd", "_simplex", "labels", "paths", "transport", "trees")
+#: The modules (relative to this package) whose numba functions and intrinsics the entry
+#: points compile, inline or call: their sources name the build.
+SOURCE_MODULES = (
+    "_aot", "_borrow", "_interning", "_simd", "_simplex", "labels", "paths", "transport.costs", "transport.exact",
+    "transport.measures", "trees",
+)  # fmt: skip
 
 # Argument codes: C-contiguous, writeable arrays of a dtype and rank, or int64 / boolean scalars.
 _ARRAYS = {"i1": (np.int64, 1), "i2": (np.int64, 2), "f1": (np.float64, 1), "f2": (np.float64, 2)}
 _NUMBA_TYPES = {"i1": "int64[::1]", "i2": "int64[:, ::1]", "f1": "float64[::1]", "f2": "float64[:, ::1]"}
 _NUMBA_TYPES.update(i="int64", b="boolean")
 
-#: Entry points: name -> (module, numba function, argument codes, return type).
-ENTRIES = {
-    "label_ids": (
-        "trees", "_label_ids_kernel", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))",
-    ),
-    "tree_ids": (
-        "trees", "_tree_ids_kernel", "i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]",
-    ),
-    "path_features": (
-        "paths", "_path_features_kernel", "i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i",
-        "Tuple((int64[::1], float64[::1], int64, int64[::1]))",
-    ),
-    "intern_rows": (
-        "labels", "_intern_rows", "i2 i1 i1 i", "Tuple((int64[::1], int64[::1]))",
-    ),
-    "intern_sparse_rows": (
-        "transport", "_intern_sparse_rows", "i1 i1 f1 i1 i1 i i1 i1 i",
-        "Tuple((int64[::1], int64[::1], int64[::1]))",
-    ),
-    "row_squares": ("transport", "_row_squares", "i1 f1", "float64[::1]"),
-    "table_part": ("transport", "_table_part", "i1 i1 f1 f2 i i", "void"),
-    "mirror_part": ("transport", "_mirror_part", "f2 i i", "void"),
-    "pairs_chunks": (
-        "transport", "_pairs_chunks", "i2 i1 i1 i1 i1 i1 i1 i1 i1 i1 i1 f1 f2 f1 i i f1 i i", "void",
-    ),
-}  # fmt: skip
+#: The registered entry points, name -> :class:`Kernel` (filled as the modules that
+#: declare them are imported; importing ``mwsp_torch`` imports them all).
+ENTRIES: dict[str, Kernel] = {}
 
 _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None}
@@ -151,7 +132,7 @@ def build_key() -> str:
     package = Path(__file__).resolve().parent
     digest = hashlib.sha1()
     for name in SOURCE_MODULES:
-        source = (package / f"{name}.py").read_bytes()
+        source = (package / source_file(name)).read_bytes()
         digest.update(f"{name} {len(source)}\n".encode())  # a line moved between files changes the key
         digest.update(source)
     for part in (numba.__version__, llvmlite.__version__, np.__version__, sys.version, sysconfig.get_platform()):
@@ -159,6 +140,11 @@ def build_key() -> str:
     digest.update(llvm.get_host_cpu_name().encode())
     digest.update(llvm.get_host_cpu_features().flatten().encode())
     return digest.hexdigest()[:16]
+
+
+def source_file(module_name: str) -> Path:
+    """The file of the module ``module_name`` (``"transport.exact"``), relative to this package."""
+    return Path(*module_name.split(".")).with_suffix(".py")
 
 
 def extension_path(key: str | None = None) -> Path:
@@ -297,12 +283,26 @@ def conforms(codes: str, args: tuple) -> bool:
 
 class Kernel:
     """One entry point: the compiled extension's function where it is built and the
-    arguments conform, else the numba function (after numba's set-up)."""
+    arguments conform, else the numba function (after numba's set-up).
 
-    def __init__(self, name: str, jit_function) -> None:
+    Attributes:
+        name: the extension's name for it.
+        jit_function: the numba function (its ``py_func`` is what the build compiles).
+        codes: its argument codes, space-separated: ``i1``, ``i2``, ``f1``, ``f2`` (int64 or
+            float64 arrays of rank 1 or 2), ``i`` (int64), ``b`` (boolean).
+        returns: its numba return type (``"void"``, ``"float64[::1]"``, ``"Tuple((...))"``).
+        module: the module that declares it, relative to this package (``"transport.exact"``).
+    """
+
+    def __init__(self, name: str, jit_function, codes: str, returns: str) -> None:
+        unknown = sorted(set(codes.split()) - set(_NUMBA_TYPES))
+        if unknown:
+            raise ValueError(f"entry point {name!r}: unknown argument codes {unknown}")
         self.name = name
         self.jit_function = jit_function
-        self.codes = ENTRIES[name][2]
+        self.codes = codes
+        self.returns = returns
+        self.module = jit_function.py_func.__module__.removeprefix(f"{__package__}.")
 
     def __call__(self, *args):
         extension = module()
@@ -312,6 +312,32 @@ class Kernel:
 
         numba_ready()
         return self.jit_function(*args)
+
+
+def entry(name: str, codes: str, returns: str):
+    """Declare the numba function it is applied to as the extension's entry point ``name``
+    (arguments :attr:`Kernel.codes`, return type ``returns``); returns its :class:`Kernel`::
+
+        _row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(_row_squares)
+
+    The function's module must be one of :data:`SOURCE_MODULES`, so that an edit of it
+    changes the build's key; a name is declared once (a module imported again may declare
+    it again with the same function)."""
+
+    def register(jit_function) -> Kernel:
+        kernel = Kernel(name, jit_function, codes, returns)
+        if kernel.module not in SOURCE_MODULES:
+            raise ValueError(f"entry point {name!r} is declared in {kernel.module}, which is not in SOURCE_MODULES")
+        known = ENTRIES.get(name)
+        if known is not None and (known.module, known.jit_function.__qualname__) != (
+            kernel.module,
+            jit_function.__qualname__,
+        ):
+            raise ValueError(f"entry point {name!r} is declared twice: in {known.module} and in {kernel.module}")
+        ENTRIES[name] = kernel
+        return kernel
+
+    return register
 
 
 #: The start of the LLVM names numba gives this package's functions (``_ZN`` + length + name).
@@ -338,10 +364,9 @@ def _index_without_wraparound() -> None:
 
 
 def _build(path: Path) -> None:
-    """Compile every entry point into the extension ``path`` (run in a child process: it
-    changes numba's flags and index lowering for the compilation)."""
-    import importlib
-
+    """Compile every registered entry point into the extension ``path`` (run in a child
+    process that imported the package: it changes numba's flags and index lowering for the
+    compilation)."""
     warnings.simplefilter("ignore")  # numba.pycc's pending deprecation
     _index_without_wraparound()
     import numba.pycc.compiler as pycc_compiler
@@ -362,10 +387,9 @@ def _build(path: Path) -> None:
     cc.verbose = False
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as scratch:
         cc.output_dir = scratch
-        for entry, (module_name, function, codes, returns) in ENTRIES.items():
-            dispatcher = getattr(importlib.import_module(f"mwsp_torch.{module_name}"), function)
-            arguments = ", ".join(_NUMBA_TYPES[code] for code in codes.split())
-            cc.export(entry, f"{returns}({arguments})")(dispatcher.py_func)
+        for kernel in ENTRIES.values():
+            arguments = ", ".join(_NUMBA_TYPES[code] for code in kernel.codes.split())
+            cc.export(kernel.name, f"{kernel.returns}({arguments})")(kernel.jit_function.py_func)
         cc.compile()
         os.replace(Path(scratch) / cc.output_file, path)  # atomic: a killed build leaves no half file
 
@@ -381,5 +405,12 @@ def _check_identity(path: Path, package: str) -> None:
 
 
 if __name__ == "__main__":
-    _check_identity(Path(sys.argv[1]), sys.argv[2])
-    _build(Path(sys.argv[1]))
+    # ``-m`` runs this file as ``__main__``, beside the package's own ``mwsp_torch._aot``,
+    # where the package's modules, all imported, have registered their entry points.
+    import mwsp_torch
+    from mwsp_torch import _aot as registry
+
+    registry._check_identity(Path(sys.argv[1]), sys.argv[2])
+    if not registry.ENTRIES:
+        raise SystemExit(f"mwsp_torch._aot: importing {mwsp_torch.__file__} registered no entry points")
+    registry._build(Path(sys.argv[1]))

@@ -534,4 +534,4 @@ def _intern_rows(rows, frozen, fresh, offset):
     return out, fresh
 
 
-_intern_rows_kernel = _aot.Kernel("intern_rows", _intern_rows)
+_intern_rows_kernel = _aot.entry("intern_rows", "i2 i1 i1 i", "Tuple((int64[::1], int64[::1]))")(_intern_rows)

@@ -219,7 +219,9 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
     return cols, vals, nnz, fresh
 
 
-_path_features = _aot.Kernel("path_features", _path_features_kernel)
+_path_features = _aot.entry(
+    "path_features", "i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i", "Tuple((int64[::1], float64[::1], int64, int64[::1]))"
+)(_path_features_kernel)
 
 
 def node_feature_maps(

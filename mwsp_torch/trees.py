@@ -104,8 +104,8 @@ def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first,
     return fresh
 
 
-_label_ids = _aot.Kernel("label_ids", _label_ids_kernel)
-_tree_ids = _aot.Kernel("tree_ids", _tree_ids_kernel)
+_label_ids = _aot.entry("label_ids", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))")(_label_ids_kernel)
+_tree_ids = _aot.entry("tree_ids", "i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]")(_tree_ids_kernel)
 
 
 def tree_ids(

@@ -72,7 +72,7 @@ def kernel_calls(monkeypatch) -> list[int]:
     """The pair count of each tile the exact engine computes from now on (its tile kernel,
     numba's or the ahead-of-time extension's, is wrapped for the test), to check what a
     resumed run recomputes."""
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.exact as transport
 
     calls = []
     kernel = transport._tile_kernel

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from mwsp_torch import MWSP, _aot, load_tudataset
-from mwsp_torch import transport as transport_module
+from mwsp_torch.transport import exact as exact_engine
 from mwsp_torch.transport import exact_distances, upper_pairs
 
 
@@ -88,7 +88,7 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
         assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
     chunks = sorted(call[1:] for call in recording.calls if call[0] == "pairs_chunks")
     num_pairs = compiled.timings_["pairs"]  # between distinct measures
-    run = min(transport_module.PAIR_CHUNK, -(-num_pairs // (2 * transport_module.RUNS_PER_THREAD)))
+    run = min(exact_engine.PAIR_CHUNK, -(-num_pairs // (2 * exact_engine.RUNS_PER_THREAD)))
     whole, part = divmod(num_pairs, run)
     assert whole >= 2 and chunks == sorted([(run, 0, 1)] * whole + [(part, 0, 1)] * (part > 0))
     use(None)
@@ -120,7 +120,7 @@ def test_exact_distances_equal_the_jit_path_for_each_cost_method(data_root, cach
 def test_arguments_the_extension_cannot_take_run_on_the_jit_path(extension, use):
     recording = _Recording(extension)
     use(recording)
-    kernel = _aot.Kernel("row_squares", transport_module._row_squares)
+    kernel = _aot.ENTRIES["row_squares"]
     indptr = np.array([0, 2, 3], dtype=np.int64)
     data = np.array([3.0, 4.0, 2.0])
     np.testing.assert_array_equal(kernel(indptr, data), [25.0, 4.0])
@@ -270,12 +270,13 @@ def test_build_key_names_file_boundaries_and_numpy(tmp_path, monkeypatch):
 def test_build_key_follows_every_source_module(tmp_path, monkeypatch):
     package = Path(_aot.__file__).parent
     for name in _aot.SOURCE_MODULES:
-        shutil.copy(package / f"{name}.py", tmp_path / f"{name}.py")
+        (tmp_path / _aot.source_file(name)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(package / _aot.source_file(name), tmp_path / _aot.source_file(name))
     monkeypatch.setattr(_aot, "__file__", str(tmp_path / "_aot.py"))
     first = _aot.build_key()
     assert first == _aot.build_key()
     for name in _aot.SOURCE_MODULES:
-        path = tmp_path / f"{name}.py"
+        path = tmp_path / _aot.source_file(name)
         original = path.read_bytes()
         path.write_bytes(original + b"\n")
         assert _aot.build_key() != first, name
@@ -289,11 +290,31 @@ def test_source_modules_are_every_module_with_numba_kernels():
     # engine's kernels are made inside a function, for the CPU or CUDA, and stay on numba's JIT.)
     package = Path(_aot.__file__).parent
     with_numba = {
-        path.stem for path in package.glob("*.py") if re.search(r"^@(njit|intrinsic)", path.read_text(), re.M)
+        ".".join(path.relative_to(package).with_suffix("").parts)
+        for path in package.rglob("*.py")
+        if re.search(r"^@(njit|intrinsic)", path.read_text(), re.M)
     }
     assert with_numba == (set(_aot.SOURCE_MODULES) - {"_aot"}) | {"_numba_setup"}
-    for module_name, function, _, _ in _aot.ENTRIES.values():
-        assert module_name in _aot.SOURCE_MODULES, function
+    # Every entry point is registered from one of them (entry() refuses others), and every
+    # one the fit calls is registered once the package is imported.
+    assert {kernel.module for kernel in _aot.ENTRIES.values()} <= set(_aot.SOURCE_MODULES)
+    assert set(_aot.ENTRIES) == {
+        "label_ids", "tree_ids", "path_features", "intern_rows", "intern_sparse_rows", "row_squares", "table_part",
+        "mirror_part", "pairs_chunks",
+    }  # fmt: skip
+
+
+def test_entry_points_are_declared_once_from_a_source_module(monkeypatch):
+    monkeypatch.setattr(_aot, "ENTRIES", dict(_aot.ENTRIES))
+    known = _aot.ENTRIES["row_squares"]
+    assert _aot.entry("row_squares", known.codes, known.returns)(known.jit_function).module == "transport.costs"
+    with pytest.raises(ValueError, match="declared twice"):
+        _aot.entry("row_squares", "i1 f1", "float64[::1]")(_aot.ENTRIES["intern_rows"].jit_function)
+    with pytest.raises(ValueError, match="unknown argument codes"):
+        _aot.entry("other", "i1 x", "void")(known.jit_function)
+    monkeypatch.setattr(_aot, "SOURCE_MODULES", tuple(set(_aot.SOURCE_MODULES) - {"transport.costs"}))
+    with pytest.raises(ValueError, match="not in SOURCE_MODULES"):
+        _aot.entry("other", "i1 f1", "float64[::1]")(known.jit_function)
 
 
 def test_a_fresh_process_fits_without_numba_dispatching(data_root, cache_dir, extension):

@@ -442,7 +442,7 @@ _SLOW_CLI = """
 import functools, sys, time
 import mwsp_torch.cli as cli
 import mwsp_torch.estimator as estimator
-import mwsp_torch.transport as transport
+import mwsp_torch.transport.exact as transport
 kernel = transport._tile_kernel
 def slow(*args):
     kernel(*args)

@@ -20,24 +20,11 @@ from numba.core.errors import TypingError
 from mwsp_torch import MWSP, _aot, make_csl
 from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
 from mwsp_torch._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
-from mwsp_torch.transport import (
-    PAIR_BLOCK,
-    PAIR_CHUNK,
-    RUNS_PER_THREAD,
-    SupportSet,
-    _bank_arrays,
-    _column_method,
-    _inverted_costs,
-    _padding_batches,
-    _row_squares,
-    _scattered_costs,
-    _width_class,
-    batched_exact_distances,
-    cost_matrix,
-    exact_distances,
-    pot_distances,
-    upper_pairs,
-)
+from mwsp_torch.transport import SupportSet, batched_exact_distances, exact_distances, pot_distances, upper_pairs
+from mwsp_torch.transport.costs import _column_method, _row_squares, cost_matrix, inverted_costs, scattered_costs
+from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD
+from mwsp_torch.transport.measures import bank_arrays
+from mwsp_torch.transport.sinkhorn import _padding_batches, _width_class
 
 from conftest import DEVICES, make_data
 from reference import distance_matrix
@@ -309,7 +296,7 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
     come free: each pair is in one run, passed with the matching slice of ``out`` and the
     caller's other arguments, whichever thread takes it; runs of PAIR_CHUNK pairs, shorter
     where the tile has fewer than RUNS_PER_THREAD such runs a thread."""
-    from mwsp_torch.transport import _ExactWorkers
+    from mwsp_torch.transport.exact import _ExactWorkers
 
     pairs = np.arange(2 * num_pairs, dtype=np.int64).reshape(-1, 2)
     out = np.full(num_pairs, -1.0)
@@ -338,7 +325,7 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
 
 
 def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
-    from mwsp_torch.transport import _ExactWorkers
+    from mwsp_torch.transport.exact import _ExactWorkers
 
     def chunk(run, out_run, first, step):
         if run[0, 0] == 3 * PAIR_CHUNK:
@@ -375,10 +362,10 @@ def test_without_distance_table_gives_the_same():
 def test_column_method_follows_shared_columns():
     # Rows on disjoint columns (DD-like) share none: inverted lists.
     disjoint = sp.csr_matrix(np.kron(np.eye(50), np.ones((1, 8))))
-    assert _column_method(*_bank_arrays(disjoint)[:2], disjoint.shape[1]) == "lists"
+    assert _column_method(*bank_arrays(disjoint)[:2], disjoint.shape[1]) == "lists"
     # Rows on the same three columns (REDDIT-BINARY d=2,k=0) share them all: scattered.
     crowded = sp.csr_matrix(np.arange(1, 151, dtype=float).reshape(50, 3))
-    assert _column_method(*_bank_arrays(crowded)[:2], crowded.shape[1]) == "scattered"
+    assert _column_method(*bank_arrays(crowded)[:2], crowded.shape[1]) == "scattered"
 
 
 @settings(max_examples=40, deadline=None)
@@ -391,25 +378,25 @@ def test_listed_and_scattered_costs_equal_merged_costs(seed):
     dense_rows[rng.random(size=dense_rows.shape) < 0.5] = 0.0
     dense_rows[1] = dense_rows[0] * (rng.random(num_columns) < 0.5)  # a row inside another
     bank = sp.csr_matrix(dense_rows)
-    indptr, indices, data = _bank_arrays(bank)
+    indptr, indices, data = bank_arrays(bank)
     ids = np.arange(num_rows, dtype=np.int64)
     merged = cost_matrix(indptr, indices, data, ids, ids)
     squares = _row_squares(indptr, data)
     listed = np.empty((num_rows, num_rows))
     head = np.zeros(num_columns, dtype=np.int32)
-    _inverted_costs(indptr, indices, data, squares, ids, ids, head, listed)
+    inverted_costs(indptr, indices, data, squares, ids, ids, head, listed)
     np.testing.assert_allclose(listed, merged, rtol=1e-12, atol=1e-15)
     assert np.all(np.diag(listed) == 0) and np.all(head == 0)
     exact = np.sqrt(((dense_rows[:, None, :] - dense_rows[None, :, :]) ** 2).sum(-1))
     np.testing.assert_allclose(listed, exact, rtol=1e-12, atol=1e-15)
     # Uneven lists: the first side a prefix, the second reversed (every row against every row).
     uneven = np.empty((5, num_rows))
-    _inverted_costs(indptr, indices, data, squares, ids[:5], ids[::-1].copy(), head, uneven)
+    inverted_costs(indptr, indices, data, squares, ids[:5], ids[::-1].copy(), head, uneven)
     np.testing.assert_allclose(uneven, exact[:5, ::-1], rtol=1e-12, atol=1e-15)
     assert np.all(head == 0)
     scattered = np.empty((num_rows, num_rows))
     buffer = np.zeros(num_columns)
-    _scattered_costs(indptr, indices, data, squares, ids, ids, buffer, scattered)
+    scattered_costs(indptr, indices, data, squares, ids, ids, buffer, scattered)
     np.testing.assert_allclose(scattered, merged, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(scattered, exact, rtol=1e-12, atol=1e-15)
     assert np.all(np.diag(scattered) == 0) and np.all(buffer == 0)
@@ -656,18 +643,18 @@ def test_distance_table_by_dense_or_sparse_product(mutag, device, dense_gram_byt
     the distances of the dense rows, and the floor and zero diagonal hold."""
     from scipy.spatial.distance import cdist
 
-    from mwsp_torch.transport import _distance_table
+    from mwsp_torch.transport.costs import distance_table
 
     bank = MWSP(d=3, k=1).fit(mutag[0][:40]).support_.rows
     dense = bank.toarray()
     expected = cdist(dense, dense)
     for floor in (0.0, 1e-8):
-        table = _distance_table(bank, device, floor, dense_gram_bytes=dense_gram_bytes).cpu().numpy()
+        table = distance_table(bank, device, floor, dense_gram_bytes=dense_gram_bytes).cpu().numpy()
         assert table.shape == expected.shape and table.dtype == np.float64
         np.testing.assert_allclose(table, np.sqrt(np.maximum(expected**2, floor)), rtol=1e-12, atol=0)
         assert np.all(np.diag(table) == np.sqrt(floor))
     # The default: the dense product on CUDA, the sparse one on a CPU.
-    table = _distance_table(bank, device, 0.0).cpu().numpy()
+    table = distance_table(bank, device, 0.0).cpu().numpy()
     np.testing.assert_allclose(table, expected, rtol=1e-12, atol=0)
 
 
@@ -898,7 +885,7 @@ def _random_graphs(seed, count, low, high, num_labels):
 def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     """Pairs left with more than 63 points go to ``exact_distances``, the rest are solved by
     the thread kernel, and together they give the compiled engine's W."""
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.gpu as transport
     from mwsp_torch._thread_simplex import MAX_NODES
 
     graphs = _random_graphs(0, 16, 12, 60, 6)
@@ -920,11 +907,11 @@ def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     assert 0 < len(handed[0]) < len(pairs) and np.all(large > MAX_NODES)
     # Called on every pair, the kernel itself refuses (flags) what would overflow its arrays.
     from mwsp_torch._thread_simplex import SOLVED, TOO_LARGE, cpu_kernel
-    from mwsp_torch.transport import _row_distance_table
+    from mwsp_torch.transport.costs import row_distance_table
 
     values = np.zeros(len(pairs))
     status = np.zeros(len(pairs), dtype=np.int8)
-    table = _row_distance_table(*_bank_arrays(model.support_.rows))
+    table = row_distance_table(*bank_arrays(model.support_.rows))
     cpu_kernel()(pairs, *model.support_.arrays(), *model.support_.arrays(), table, values, status)
     assert np.any(status == TOO_LARGE) and np.all((status == TOO_LARGE) <= (sizes[pairs].sum(1) > MAX_NODES))
     solved = status == SOLVED
@@ -1022,7 +1009,7 @@ def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False, host_fails=False):
     once; the real worker runs none)."""
     import threading
 
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.gpu as transport
     from mwsp_torch import _thread_simplex
 
     record = {"host": [], "host_done": 0, "worker": [], "host_thread": set(), "worker_thread": None}
@@ -1085,7 +1072,7 @@ def test_thread_engine_shares_the_pairs_between_host_and_gpu(monkeypatch, determ
 
     import torch
 
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.gpu as transport
 
     graphs = _random_graphs(0, 16, 12, 60, 6)
     model = MWSP(d=3, k=1).fit(graphs)
@@ -1121,7 +1108,7 @@ def test_thread_engine_shares_the_pairs_between_host_and_gpu(monkeypatch, determ
 
 
 def test_thread_engine_raises_what_its_cuda_worker_raised(monkeypatch):
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.gpu as transport
 
     graphs = _random_graphs(0, 16, 12, 60, 6)
     model = MWSP(d=3, k=1).fit(graphs)
@@ -1137,7 +1124,7 @@ def test_thread_engine_raises_what_its_cuda_worker_raised(monkeypatch):
 def test_thread_engine_stops_its_cuda_worker_when_the_host_fails(monkeypatch):
     """An error on the host (here its large pairs) closes the queue: the worker, waiting
     until the host has failed, then finds nothing left to launch."""
-    import mwsp_torch.transport as transport
+    import mwsp_torch.transport.gpu as transport
 
     graphs = _random_graphs(0, 16, 12, 60, 6)
     model = MWSP(d=3, k=1).fit(graphs)
@@ -1158,7 +1145,7 @@ def test_cuda_device_index_follows_the_name_or_the_current_device():
     see is refused before any work."""
     from types import SimpleNamespace
 
-    from mwsp_torch.transport import _cuda_device_index
+    from mwsp_torch.transport.gpu import _cuda_device_index
 
     class Devices(list):
         current = None
@@ -1182,7 +1169,7 @@ def test_cuda_device_index_follows_the_name_or_the_current_device():
 def test_pair_queue_hands_out_each_index_once(total, takes):
     """The thread engine's queue: spans taken from either end never overlap, and together
     with what is left they cover the range; once closed it hands out nothing."""
-    from mwsp_torch.transport import _PairQueue
+    from mwsp_torch.transport.gpu import _PairQueue
 
     queue = _PairQueue(total)
     taken = []

@@ -11,7 +11,8 @@ import torch
 from mwsp_torch import MWSP, load_tudataset
 from mwsp_torch import _batched_sinkhorn as loop
 from mwsp_torch import _triton_sinkhorn as kernels
-from mwsp_torch.transport import _triton_kernels, sinkhorn_distances, upper_pairs
+from mwsp_torch.transport import sinkhorn_distances, upper_pairs
+from mwsp_torch.transport.sinkhorn import _triton_kernels
 
 
 def relative(got, expected):
