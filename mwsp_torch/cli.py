@@ -318,8 +318,8 @@ def _summary(result: dict) -> str:
     accuracies = result.get("fold_accuracies")
     if accuracies and over.endswith("repetitions' means"):
         lines.append(
-            f"  each repetition's mean scores every graph once; the {len(accuracies)} folds' accuracies "
-            f"range from {min(accuracies):.2f} to {max(accuracies):.2f} %"
+            "  the std is over repetitions, each of which scores every graph once; "
+            f"the {len(accuracies)} folds scored {min(accuracies):.2f} to {max(accuracies):.2f} %"
         )
     ceiling = result.get("accuracy_ceiling")
     if ceiling is not None and ceiling < 100.0:
@@ -327,7 +327,8 @@ def _summary(result: dict) -> str:
         if result["dataset"] == "CSL" and result.get("paths") == "split" and ceiling == 90.0:
             note = (
                 f"CSL's skip-{CSL_SKIPS[4]} and skip-{CSL_SKIPS[9]} graphs have as many nodes at each distance "
-                "and one tree at every node, so they are at W = 0 and get one prediction"
+                "and one tree at every node: at W = 0, they get one prediction, and a fold loses the test graphs "
+                "of one of the two"
             )
         lines.append(f"  accuracy ceiling of these distances: {ceiling:.2f} % ({note})")
     return "\n".join(lines)

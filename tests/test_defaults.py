@@ -239,7 +239,7 @@ def test_cli_summary_says_what_the_number_means():
     }
     lines = _summary(result).splitlines()
     assert lines[0].startswith("CSL: 86.67 +- 0.00 % (nested protocol, std over 2 repetitions' means")
-    assert "the 20 folds' accuracies range from 86.67 to 86.67 %" in lines[1]
+    assert "the std is over repetitions" in lines[1] and "the 20 folds scored 86.67 to 86.67 %" in lines[1]
     assert "ceiling of these distances: 90.00 %" in lines[2] and "skip-6 and skip-16" in lines[2]
     other = _summary({**result, "dataset": "X", "accuracy_ceiling": 95.0})
     assert "95.00 % (graphs at W = 0 from each other get one prediction" in other
