@@ -8,10 +8,12 @@ from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl
 from mwsp_torch.estimator import MWSP
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
 from mwsp_torch.kernel import krein_projector, laplacian_kernel
+from mwsp_torch.nystroem import MWSPNystroem
 from mwsp_torch.trees import TreeIDs
 
 __all__ = [
     "MWSP",
+    "MWSPNystroem",
     "TreeIDs",
     "krein_projector",
     "laplacian_kernel",

@@ -1,0 +1,115 @@
+"""Dask scale-out: a LocalCluster's matrix equals the in-process one bit for bit, a worker killed
+mid-run loses nothing, a driver restarted resumes from the shared tile store, bad input fails early."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mwsp_torch import MWSP
+from mwsp_torch import distributed as mwsp_distributed
+from mwsp_torch.distributed import connect, dask_distances
+from mwsp_torch.transport import exact_distances, upper_pairs
+
+from random_graphs import random_graphs
+
+
+@pytest.fixture(scope="module")
+def client():
+    client = connect(n_workers=2)
+    yield client
+    cluster = client.cluster
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def problem():
+    """Support sets of 60 small graphs and all their pairs (1,770)."""
+    support = MWSP(d=3, k=1).fit(random_graphs(60, seed=11, max_nodes=12)).support_
+    pairs = upper_pairs(support.num_graphs)
+    return support, pairs, exact_distances(support, support, pairs, n_jobs=1)
+
+
+def test_local_cluster_equals_in_process_bit_for_bit(client, problem):
+    support, pairs, expected = problem
+    stats = {}
+    values = dask_distances(support, support, pairs, client, tile_size=100, stats=stats)
+    assert stats == {"pairs_from_checkpoint": 0, "tasks": 18}
+    assert np.array_equal(values, expected)
+    assert (values[pairs[:, 0] != pairs[:, 1]] > 0).any()
+
+
+def test_a_worker_killed_mid_run_loses_nothing(client, problem):
+    support, pairs, expected = problem
+    pids = client.run(os.getpid)  # {worker address: pid}
+    result, killed = {}, []
+
+    def run():
+        result["values"] = dask_distances(support, support, pairs, client, tile_size=5)
+
+    driver = threading.Thread(target=run)
+    driver.start()
+    deadline = time.monotonic() + 60
+    while not killed and time.monotonic() < deadline and driver.is_alive():
+        busy = [address for address, tasks in client.processing().items() if tasks and address in pids]
+        if busy:
+            os.kill(pids[busy[0]], signal.SIGKILL)
+            killed.append(busy[0])
+        time.sleep(0.01)
+    driver.join(timeout=180)
+    assert killed, "no worker was busy to kill: the run ended before the test could interrupt it"
+    assert not driver.is_alive()
+    assert np.array_equal(result["values"], expected)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker for the next test
+
+
+def test_a_restarted_driver_resumes_from_the_shared_tile_store(client, problem, tmp_path):
+    support, pairs, expected = problem
+    first = {}
+    values = dask_distances(support, support, pairs, client, tile_size=100, checkpoint=tmp_path, stats=first)
+    assert first["tasks"] == 18 and np.array_equal(values, expected)
+    tiles = sorted(tmp_path.rglob("tile-*.npy"))
+    assert len(tiles) == 18
+    tiles[3].unlink()  # as if the driver died before saving tile 3
+    again = {}
+    values = dask_distances(support, support, pairs, client, tile_size=100, checkpoint=tmp_path, stats=again)
+    assert again == {"pairs_from_checkpoint": len(pairs) - 100, "tasks": 1}
+    assert np.array_equal(values, expected)
+    # The in-process engine reads the same tiles: nothing left to compute.
+    local = {}
+    values = exact_distances(support, support, pairs, n_jobs=1, tile_size=100, checkpoint=tmp_path, stats=local)
+    assert local["pairs_from_checkpoint"] == len(pairs)
+    assert np.array_equal(values, expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        ({}, ValueError, "give a scheduler address or a number of local workers"),
+        ({"scheduler": "tcp://127.0.0.1:1", "n_workers": 2}, ValueError, "not both or neither"),
+        ({"n_workers": 0}, ValueError, "n_workers must be an integer >= 1"),
+        ({"n_workers": 1, "threads_per_worker": 0}, ValueError, "threads_per_worker must be an integer >= 1"),
+    ],
+)
+def test_bad_cluster_arguments_fail_before_any_work(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        connect(**kwargs)
+
+
+def test_an_unreachable_scheduler_is_named(monkeypatch):
+    monkeypatch.setattr(mwsp_distributed, "CONNECT_TIMEOUT", 1.0)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"no Dask scheduler answered at 'tcp://127.0.0.1:1'"):
+        connect(scheduler="tcp://127.0.0.1:1")
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("kwargs,message", [({"tile_size": 0}, "tile_size"), ({"n_jobs": 0}, "n_jobs")])
+def test_bad_task_settings_fail_before_any_work(problem, kwargs, message):
+    support, pairs, _ = problem
+    with pytest.raises(ValueError, match=message):
+        dask_distances(support, support, pairs, client=None, **kwargs)

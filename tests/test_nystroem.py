@@ -1,0 +1,99 @@
+"""Nystroem features: exact at m = n, exact on landmark rows, scikit-learn pipelines, bad input."""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+
+from mwsp_torch import MWSP, MWSPNystroem
+
+from random_graphs import random_graphs
+
+GRAPHS = random_graphs(24, seed=0)
+
+
+def test_all_graphs_as_landmarks_give_the_full_kernel():
+    # lam large enough that exp(-lam W) is positive definite on these graphs (asserted below),
+    # so at m = n the features are K^(1/2) in the landmarks' order and their Gram matrix is K.
+    full = MWSP(d=2, k=1, lam=2.0).fit(GRAPHS).kernel()
+    nys = MWSPNystroem(n_components=len(GRAPHS), d=2, k=1, lam=2.0, random_state=0).fit(GRAPHS)
+    assert nys.dropped_eigenvalues_ == 0
+    features = nys.transform(GRAPHS)
+    np.testing.assert_allclose(features @ features.T, full, rtol=0, atol=1e-10)
+    order = nys.landmark_indices_
+    eigenvalues, vectors = np.linalg.eigh(full[np.ix_(order, order)])
+    root = (vectors * np.sqrt(eigenvalues)) @ vectors.T
+    np.testing.assert_allclose(features[order], root, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("landmarks", ["random", "kmeans++"])
+def test_landmark_rows_are_exact_and_the_rest_approximate(landmarks):
+    full = MWSP(d=2, k=0, lam=2.0).fit(GRAPHS).kernel()
+    nys = MWSPNystroem(n_components=8, landmarks=landmarks, d=2, k=0, lam=2.0, random_state=3).fit(GRAPHS)
+    order = nys.landmark_indices_
+    assert len(order) == 8 and len(set(order.tolist())) == 8
+    features = nys.transform(GRAPHS)
+    assert features.shape == (len(GRAPHS), 8)
+    approx = features @ features.T
+    # A landmark's features reproduce its kernel row against every graph (K(L, L) is inverted exactly).
+    np.testing.assert_allclose(approx[order], full[order], rtol=0, atol=1e-10)
+    # Elsewhere an approximation from below: with K positive definite, K - phi phi^T is the Schur
+    # complement of K(L, L), positive semi-definite and zero on the landmarks' rows (a wrong
+    # normalisation, say S^-1 for S^-1/2, breaks both).
+    residual = full - approx
+    assert np.linalg.eigvalsh(full).min() > 0
+    assert np.linalg.eigvalsh(residual).min() > -1e-10
+    others = np.setdiff1d(np.arange(len(GRAPHS)), order)
+    assert residual[others, others].min() > 1e-6  # 8 landmarks cannot give 16 further graphs exactly
+
+
+def test_same_seed_same_landmarks_and_features():
+    a = MWSPNystroem(n_components=6, landmarks="kmeans++", random_state=7).fit(GRAPHS)
+    b = MWSPNystroem(n_components=6, landmarks="kmeans++", random_state=7).fit(GRAPHS)
+    assert np.array_equal(a.landmark_indices_, b.landmark_indices_)
+    assert np.array_equal(a.transform(GRAPHS[:5]), b.transform(GRAPHS[:5]))
+
+
+def test_kmeans_plus_plus_never_picks_a_copy_of_a_landmark():
+    # Six copies of one graph and three distinct others: after the first landmark, a copy of a
+    # chosen graph is at feature-space distance 0, so k-means++ must take the distinct ones.
+    base = random_graphs(4, seed=5)
+    graphs = [base[0]] * 6 + base[1:]
+    for seed in range(5):
+        nys = MWSPNystroem(n_components=4, landmarks="kmeans++", random_state=seed).fit(graphs)
+        kernel = MWSP().fit([graphs[i] for i in nys.landmark_indices_]).distances_
+        off_diagonal = kernel[~np.eye(4, dtype=bool)]
+        assert (off_diagonal > 0).all(), nys.landmark_indices_
+
+
+def test_in_a_pipeline_with_a_linear_classifier():
+    y = np.array([int(g.num_nodes > 6) for g in GRAPHS])
+    pipe = make_pipeline(MWSPNystroem(n_components=10, random_state=0), LogisticRegression(max_iter=1000))
+    pipe.fit(GRAPHS, y)
+    assert pipe.predict(GRAPHS).shape == (len(GRAPHS),)
+    copy = clone(pipe)
+    copy.set_params(mwspnystroem__n_components=5, mwspnystroem__d=3)
+    assert copy.get_params()["mwspnystroem__n_components"] == 5
+    assert copy.fit(GRAPHS, y).named_steps["mwspnystroem"].model_.d == 3
+
+
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"n_components": 0}, "n_components must be an integer >= 1"),
+        ({"n_components": 25}, "n_components=25 landmarks cannot be drawn from 24 training graphs"),
+        ({"n_components": 2.5}, "n_components must be an integer"),
+        ({"landmarks": "farthest"}, "landmarks must be one of"),
+        ({"eigen_tol": 0}, "eigen_tol must be in"),
+        ({"random_state": -1}, "random_state must be None or an integer"),
+        ({"d": -1}, "d must be an integer >= 0"),
+    ],
+)
+def test_bad_parameters_fail_before_any_work(params, message, monkeypatch):
+    def no_work(*args, **kwargs):
+        raise AssertionError("fit started transport before checking its parameters")
+
+    monkeypatch.setattr(MWSP, "fit", no_work)
+    with pytest.raises(ValueError, match=message):
+        MWSPNystroem(**{"n_components": 5, **params}).fit(GRAPHS)
