@@ -380,8 +380,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             return self.exact_engine
         import torch
 
-        cuda = _device_type(self.device) == "cuda"
-        torch_cuda = cuda and torch.cuda.is_available()
+        device = torch.device(self.device)
+        cuda = device.type == "cuda"
+        # A CUDA device torch does not have (cuda:1 on one GPU) is not usable either.
+        torch_cuda = cuda and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
         numba_cuda = cuda and numba_cuda_available()
         table_fits = num_rows**2 * 8 <= THREAD_TABLE_BYTES
         engine = choose_exact_engine(

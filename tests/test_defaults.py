@@ -75,9 +75,14 @@ def test_auto_on_a_cuda_device_it_cannot_use_warns_and_runs_the_compiled_engine(
     assert model.timings_["engine"] == "compiled"
     np.testing.assert_array_equal(model.distances_, reference.distances_)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(estimator, "numba_cuda_available", lambda: False)
     with pytest.warns(ExactEngineFallbackWarning, match="numba sees no usable CUDA device"):
         assert MWSP(d=2, k=1, device="cuda").fit(graphs).timings_["engine"] == "compiled"
+    # A device index torch does not have (one GPU, cuda:1) is not usable either.
+    monkeypatch.setattr(estimator, "numba_cuda_available", lambda: True)
+    with pytest.warns(ExactEngineFallbackWarning, match="device='cuda:1', but torch sees no usable CUDA device"):
+        assert MWSP(d=2, k=1, device="cuda:1").fit(graphs).timings_["engine"] == "compiled"
 
 
 def test_auto_on_a_usable_cuda_device_runs_the_thread_engine_on_it(monkeypatch, tmp_path):
@@ -87,6 +92,7 @@ def test_auto_on_a_usable_cuda_device_runs_the_thread_engine_on_it(monkeypatch, 
     graphs = _graphs()
     reference = MWSP(d=2, k=1).fit(graphs)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(estimator, "numba_cuda_available", lambda: True)
     calls = []
     thread = estimator.thread_exact_distances
@@ -113,6 +119,7 @@ SIMULATED_AUTO = """
 import numpy as np
 import torch
 torch.cuda.is_available = lambda: True  # torch is a CPU build here; numba's simulator is the GPU
+torch.cuda.device_count = lambda: 1
 from conftest import make_data
 from mwsp_torch import MWSP
 rng = np.random.default_rng(1)

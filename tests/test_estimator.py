@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 
 from mwsp_torch import MWSP, TreeIDs, krein_projector, make_csl
 from mwsp_torch.datasets import CSL_SKIPS
+from mwsp_torch.estimator import ExactEngineFallbackWarning
 
 from conftest import make_data
 from reference import distance_matrix
@@ -507,9 +508,12 @@ def test_device_is_checked_before_any_work(monkeypatch):
     for options in ({"solver": "sinkhorn"}, {"exact_engine": "batched"}):
         with pytest.raises(ValueError, match="torch sees no CUDA device"):
             MWSP(device="cuda", **options).fit(datas(TRAIN))
-    # The compiled engine runs on the CPU whatever device says.
+    # The compiled engine runs on the CPU whatever device says; the default ("auto") falls
+    # back to it, with a warning, where the CUDA device cannot be used.
     cpu = MWSP().fit(datas(TRAIN)).distances_
-    np.testing.assert_array_equal(MWSP(device="cuda:1").fit(datas(TRAIN)).distances_, cpu)
+    np.testing.assert_array_equal(MWSP(device="cuda:1", exact_engine="compiled").fit(datas(TRAIN)).distances_, cpu)
+    with pytest.warns(ExactEngineFallbackWarning, match="device='cuda:1', but torch sees no usable CUDA device"):
+        np.testing.assert_array_equal(MWSP(device="cuda:1").fit(datas(TRAIN)).distances_, cpu)
 
 
 def test_sinkhorn_backend_reaches_the_solver():
