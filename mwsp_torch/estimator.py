@@ -14,6 +14,7 @@ import importlib
 import os
 import time
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
@@ -167,6 +168,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             tiles and ends with the identical matrix (default: none).
         progress (bool): show tqdm bars over graphs (tree IDs, then paths) and over pairs
             (default ``False``).
+        client (distributed.Client or str, optional): a Dask client, or a scheduler's address,
+            to run the compiled exact engine's tiles as tasks on its workers, one thread each
+            (:mod:`mwsp_torch.distributed`): the same W bit for bit, from many machines, with
+            ``checkpoint`` sharing the in-process tiles (default ``None``: this process).
 
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
@@ -179,8 +184,9 @@ class MWSP(TransformerMixin, BaseEstimator):
             build of the CPU kernels excluded: :func:`build_cpu_kernels`), how many distinct
             measures (graphs up to an equal node-row distribution) and pairs the transport
             solved, and the ``engine`` that solved them (``"compiled"``, ``"thread"``,
-            ``"batched"`` or ``"sinkhorn"``); with a ``checkpoint``, ``pairs_from_checkpoint``,
-            how many of them were read from tiles (``transport`` then timed only the rest);
+            ``"batched"``, ``"sinkhorn"``, or ``"dask"`` with a ``client``); with a
+            ``checkpoint``, ``pairs_from_checkpoint``, how many of them were read from tiles
+            (``transport`` then timed only the rest);
             with Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` (how
             many pairs it solved exactly) and ``sinkhorn_error_``'s three figures.
         sinkhorn_error_ (dict or None): with ``solver="sinkhorn"``, the approximation
@@ -195,7 +201,7 @@ class MWSP(TransformerMixin, BaseEstimator):
     ``labels``, ``solver``, and ``blur`` and ``scaling`` with Sinkhorn) are those of the
     last ``fit``: changing one with ``set_params`` needs a refit before ``transform``
     (an error says so). The others (``lam``, ``n_jobs``, ``device``, ``exact_engine``,
-    ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``) may change freely.
+    ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``, ``client``) may change freely.
 
     ``solver="sinkhorn"`` pays on a GPU; on a CPU the exact solver is both faster and exact,
     so ``fit`` warns there (:class:`SinkhornOnCPUWarning`).
@@ -218,6 +224,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         sinkhorn_check: int = 64,
         checkpoint: str | None = None,
         progress: bool = False,
+        client=None,
     ) -> None:
         self.d = d
         self.k = k
@@ -234,6 +241,19 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.sinkhorn_check = sinkhorn_check
         self.checkpoint = checkpoint
         self.progress = progress
+        self.client = client
+
+    def __sklearn_clone__(self) -> MWSP:
+        """A clone that shares ``client`` (a connection, which cannot be deep-copied) and copies
+        every other parameter, as :func:`sklearn.base.clone` does."""
+        client = self.client
+        try:
+            self.client = None
+            new = super().__sklearn_clone__()
+        finally:
+            self.client = client
+        new.client = client
+        return new
 
     def validate_params(self) -> None:
         """Check every parameter, before any work, so that a bad one fails in seconds rather
@@ -275,6 +295,16 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"sinkhorn_backend must be one of {SINKHORN_BACKENDS}, got {self.sinkhorn_backend!r}")
         if not is_integer(self.sinkhorn_check) or self.sinkhorn_check < 0:
             raise ValueError(f"sinkhorn_check must be an integer >= 0, got {self.sinkhorn_check!r}")
+        if self.client is not None:
+            if not (isinstance(self.client, str) or callable(getattr(self.client, "submit", None))):
+                raise ValueError(
+                    f"client must be a distributed.Client or a scheduler address, got {type(self.client).__name__}"
+                )
+            if self.solver != "exact" or self.exact_engine not in ("auto", "compiled"):
+                raise ValueError(
+                    "client runs the compiled exact engine's tiles on Dask workers: it needs solver='exact' and "
+                    f"exact_engine 'auto' or 'compiled', got solver={self.solver!r}, exact_engine={self.exact_engine!r}"
+                )
         self._validate_device()
 
     def _validate_device(self) -> None:
@@ -378,6 +408,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             return "sinkhorn"
         if self.exact_engine != "auto":
             return self.exact_engine
+        if self.client is not None:  # the workers run the compiled engine
+            return "compiled"
         import torch
 
         device = torch.device(self.device)
@@ -418,6 +450,15 @@ class MWSP(TransformerMixin, BaseEstimator):
                     table_bytes=THREAD_TABLE_BYTES,
                     progress=bar.update,
                 )
+            if engine == "compiled" and self.client is not None:
+                from mwsp_torch.distributed import dask_distances
+
+                if stats is not None:
+                    stats["engine"] = "dask"
+                with self._dask_client() as client:
+                    return dask_distances(
+                        left, right, pairs, client, checkpoint=self.checkpoint, progress=bar.update, stats=stats
+                    )
             if engine == "compiled":
                 return exact_distances(
                     left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update, stats=stats
@@ -437,6 +478,20 @@ class MWSP(TransformerMixin, BaseEstimator):
                 progress=bar.update,
                 diameter=sinkhorn_diameter(training_rows, self.blur),
             )
+
+    @contextmanager
+    def _dask_client(self):
+        """The Dask client to use: ``client`` itself, or one connected to its address for this call."""
+        if not isinstance(self.client, str):
+            yield self.client
+            return
+        from mwsp_torch.distributed import connect
+
+        client = connect(scheduler=self.client)
+        try:
+            yield client
+        finally:
+            client.close()
 
     def feature_settings(self) -> dict:
         """The parameters that ``distances_`` and the fitted vocabularies depend on: ``d``,

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from mwsp_torch import MWSP
 from mwsp_torch import distributed as mwsp_distributed
@@ -113,3 +114,27 @@ def test_bad_task_settings_fail_before_any_work(problem, kwargs, message):
     support, pairs, _ = problem
     with pytest.raises(ValueError, match=message):
         dask_distances(support, support, pairs, client=None, **kwargs)
+
+
+def test_the_estimator_with_a_client_equals_it_without(client):
+    graphs = random_graphs(30, seed=12, max_nodes=10)
+    local = MWSP(d=2, k=1).fit(graphs[:20])
+    dask = MWSP(d=2, k=1, client=client).fit(graphs[:20])
+    assert dask.timings_["engine"] == "dask" and local.timings_["engine"] == "compiled"
+    assert np.array_equal(dask.distances_, local.distances_)
+    assert np.array_equal(dask.transform(graphs[20:]), local.transform(graphs[20:]))
+    # clone keeps the client (scikit-learn deep-copies parameters; a Client must survive it)
+    assert clone(dask).client is not None
+
+
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"client": 3}, "client must be a distributed.Client or a scheduler address"),
+        ({"client": "tcp://127.0.0.1:1", "solver": "sinkhorn"}, "needs solver='exact'"),
+        ({"client": "tcp://127.0.0.1:1", "exact_engine": "thread"}, "exact_engine 'auto' or 'compiled'"),
+    ],
+)
+def test_the_estimator_refuses_a_bad_client_before_any_work(params, message):
+    with pytest.raises(ValueError, match=message):
+        MWSP(**params).fit(random_graphs(3, seed=0))
