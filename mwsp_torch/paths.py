@@ -26,7 +26,7 @@ from numba import njit
 
 from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch.labels import CHUNK_NODES, GraphSet, graph_chunks
+from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 
 PATH_MODES = ("split", "all")
 

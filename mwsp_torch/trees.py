@@ -11,7 +11,7 @@ and a depth-0 tree with the same label are the same tree, and get the same ID.
 
 The kernel is compiled with numba; one BFS per root, memory linear in the
 largest graph. It is called on runs of whole graphs
-(:func:`mwsp_torch.labels.graph_chunks`), each reporting progress.
+(:func:`mwsp_torch.graphs.graph_chunks`), each reporting progress.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from torch_geometric.transforms import BaseTransform
 from mwsp_torch import _aot
 from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
-from mwsp_torch.labels import CHUNK_NODES, LABEL_POLICIES, GraphSet, LabelScheme, graph_chunks, to_graph_set
+from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
+from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 
 
 @njit(cache=True, nogil=True)
