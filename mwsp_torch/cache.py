@@ -46,6 +46,7 @@ def cached_distances(
     checkpoint: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
+    client=None,
 ) -> tuple[np.ndarray, dict]:
     """W for one setting, read from the cache when this exact setting was computed before.
 
@@ -54,7 +55,7 @@ def cached_distances(
             reads it, are part of the key).
         dataset (str): name, part of the key and the file name.
         d, k, paths, labels, solver, blur, scaling: as in :class:`mwsp_torch.MWSP`.
-        n_jobs, device, exact_engine, sinkhorn_backend, checkpoint, progress: how to compute
+        n_jobs, device, exact_engine, sinkhorn_backend, checkpoint, progress, client: how to compute
             it (not part of the key: the exact engines agree to 1e-9, and so do the Sinkhorn
             backends, all in float64).
         cache_dir (str, optional): default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``.
@@ -82,6 +83,7 @@ def cached_distances(
         sinkhorn_backend=sinkhorn_backend,
         checkpoint=checkpoint,
         progress=progress,
+        client=client,
     )
     model.validate_params()  # a cache hit must not let bad parameters pass unseen
     if not isinstance(dataset, str) or not dataset or Path(dataset).name != dataset or dataset in (".", ".."):

@@ -94,6 +94,18 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     parser.add_argument(
         "--checkpoint", default=None, help="keep finished tiles of the compiled exact engine here (resumable)"
     )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="run the compiled exact engine's tiles on the Dask cluster whose scheduler is at this address "
+        "(tcp://HOST:8786)",
+    )
+    parser.add_argument(
+        "--dask-workers",
+        type=int,
+        default=None,
+        help="run the compiled exact engine's tiles on a local Dask cluster of this many worker processes",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -161,6 +173,7 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
         checkpoint=args.checkpoint,
         cache_dir=args.cache_dir,
         progress=not args.quiet,
+        client=args.client,
     )
 
 
@@ -280,6 +293,13 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"--scaling must be in (0, 1), got {args.scaling}")
     if args.checkpoint is not None and args.solver != "exact":
         parser.error(f"--checkpoint is only kept by the exact solver, not by --solver {args.solver}")
+    if args.scheduler is not None and args.dask_workers is not None:
+        parser.error("--scheduler and --dask-workers exclude each other: a running cluster, or a local one")
+    if args.dask_workers is not None and args.dask_workers < 1:
+        parser.error(f"--dask-workers must be >= 1, got {args.dask_workers}")
+    if args.scheduler is not None or args.dask_workers is not None:
+        if args.solver != "exact" or args.exact_engine not in ("auto", "compiled"):
+            parser.error("Dask runs the compiled exact engine: --solver exact and --exact-engine auto or compiled")
     if args.command == "evaluate":
         if args.repeats < 1:
             parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -334,6 +354,16 @@ def _summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _close(client) -> None:
+    """Close a Dask client, and the local cluster it started (``--dask-workers``)."""
+    if client is None:
+        return
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -342,7 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet.
     os.environ.setdefault("KEOPS_VERBOSE", "0")
     os.environ.setdefault("PYKEOPS_VERBOSE", "0")
+    args.client = None
     try:
+        if args.scheduler is not None or args.dask_workers is not None:
+            from mwsp_torch.distributed import connect
+
+            args.client = connect(scheduler=args.scheduler, n_workers=args.dask_workers)
         if args.command == "distances":
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
             labels = args.labels or default_labels(args.dataset)
@@ -352,9 +387,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
             return 0
         result = _evaluate(args)
-    except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache
+    except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache, no scheduler
         print(f"mwsp: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        _close(args.client)
     print(_summary(result))
     if args.json:
         try:  # checked before the run; printed above, so a late failure loses no result

@@ -138,3 +138,39 @@ def test_the_estimator_with_a_client_equals_it_without(client):
 def test_the_estimator_refuses_a_bad_client_before_any_work(params, message):
     with pytest.raises(ValueError, match=message):
         MWSP(**params).fit(random_graphs(3, seed=0))
+
+
+def test_the_command_line_on_a_local_cluster_writes_the_same_matrix(tmp_path, capsys):
+    from mwsp_torch.cli import main
+
+    common = ["distances", "--dataset", "CSL", "--d", "3", "--k", "1", "--quiet"]
+    assert main([*common, "--cache-dir", str(tmp_path / "a"), "--out", str(tmp_path / "local.npy")]) == 0
+    dask = [*common, "--cache-dir", str(tmp_path / "b"), "--out", str(tmp_path / "dask.npy"), "--dask-workers", "2"]
+    assert main(dask) == 0
+    assert '"engine": "dask"' in capsys.readouterr().out.splitlines()[-1]
+    assert np.array_equal(np.load(tmp_path / "dask.npy"), np.load(tmp_path / "local.npy"))
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--scheduler", "tcp://127.0.0.1:1", "--dask-workers", "2"], "exclude each other"),
+        (["--dask-workers", "0"], "--dask-workers must be >= 1"),
+        (["--dask-workers", "2", "--solver", "sinkhorn"], "Dask runs the compiled exact engine"),
+        (["--dask-workers", "2", "--exact-engine", "thread"], "Dask runs the compiled exact engine"),
+    ],
+)
+def test_the_command_line_refuses_bad_dask_options(flags, message, capsys, tmp_path):
+    from mwsp_torch.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["distances", "--out", str(tmp_path / "W.npy"), *flags])
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_line_names_an_unreachable_scheduler(monkeypatch, capsys, tmp_path):
+    from mwsp_torch.cli import main
+
+    monkeypatch.setattr(mwsp_distributed, "CONNECT_TIMEOUT", 1.0)
+    assert main(["distances", "--out", str(tmp_path / "W.npy"), "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "no Dask scheduler answered at 'tcp://127.0.0.1:1'" in capsys.readouterr().err
