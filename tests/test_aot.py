@@ -64,8 +64,8 @@ def use(monkeypatch):
     return choose
 
 
-def _graphs(data_root, cache_dir, name, count):
-    graphs, _ = load_tudataset(name, root=data_root, cache_dir=cache_dir)
+def _graphs(root, cache_dir, name, count):
+    graphs, _ = load_tudataset(name, root=root, cache_dir=cache_dir)
     return graphs[:count]
 
 
@@ -73,8 +73,8 @@ def _graphs(data_root, cache_dir, name, count):
     "name, count, d, k, paths",
     [("NCI1", 120, 2, 0, "split"), ("ENZYMES", 60, 3, 1, "split"), ("PTC_MR", 60, 2, 2, "all")],
 )
-def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, use, name, count, d, k, paths):
-    graphs = _graphs(data_root, cache_dir, name, count)
+def test_fit_equals_the_jit_path_bit_for_bit(fixture_root, cache_dir, extension, use, name, count, d, k, paths):
+    graphs = _graphs(fixture_root, cache_dir, name, count)
     recording = _Recording(extension)
     use(recording)
     compiled = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
@@ -96,16 +96,21 @@ def test_fit_equals_the_jit_path_bit_for_bit(data_root, cache_dir, extension, us
     np.testing.assert_array_equal(compiled.distances_, jit.distances_)
     assert (compiled.features_ != jit.features_).nnz == 0
     # transform too (frozen vocabularies, graphs outside the fit)
-    new = _graphs(data_root, cache_dir, name, count + 20)[count:]
+    new = _graphs(fixture_root, cache_dir, name, count + 20)[count:]
     use(recording)
     out = compiled.transform(new)
     use(None)
     np.testing.assert_array_equal(out, jit.transform(new))
 
 
+@pytest.mark.parametrize(
+    "name, root",
+    # DD's graph 5 alone has 4,152 nodes (300 KB of raw files): DD where the full data is.
+    [("ENZYMES", "fixture_root"), pytest.param("DD", "tu_root", marks=pytest.mark.tudata("DD"))],
+)
 @pytest.mark.parametrize("costs", ["table", "lists", "scattered", "merged"])
-def test_exact_distances_equal_the_jit_path_for_each_cost_method(data_root, cache_dir, extension, use, costs):
-    graphs = _graphs(data_root, cache_dir, "DD", 12)
+def test_exact_distances_equal_the_jit_path_for_each_cost_method(request, name, root, cache_dir, extension, use, costs):
+    graphs = _graphs(request.getfixturevalue(root), cache_dir, name, 12)
     support = MWSP(d=2, k=1).fit(graphs).support_
     pairs = upper_pairs(12)
     recording = _Recording(extension)
@@ -317,13 +322,13 @@ def test_entry_points_are_declared_once_from_a_source_module(monkeypatch):
         _aot.entry("other", "i1 f1", "float64[::1]")(known.jit_function)
 
 
-def test_a_fresh_process_fits_without_numba_dispatching(data_root, cache_dir, extension):
+def test_a_fresh_process_fits_without_numba_dispatching(fixture_root, cache_dir, extension):
     """The point of the extension: a process's first fit calls no numba function, so it pays
     none of numba's set-up (``numba_ready`` never runs)."""
     script = f"""
 import mwsp_torch._numba_setup as setup
 from mwsp_torch import MWSP, load_tudataset
-graphs, _ = load_tudataset("MUTAG", root={str(data_root)!r}, cache_dir={str(cache_dir)!r})
+graphs, _ = load_tudataset("MUTAG", root={str(fixture_root)!r}, cache_dir={str(cache_dir)!r})
 MWSP(d=2, k=1).fit(graphs[:40])
 print("numba ready:", setup._ready)
 """
@@ -345,11 +350,11 @@ from mwsp_torch.transport import exact_distances, upper_pairs
 
 _aot._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
 root, cache = {root!r}, {cache!r}
-for name, count, d, k in (("ENZYMES", 30, 3, 1), ("PTC_MR", 30, 2, 2), ("NCI1", 40, 2, 0)):
+for name, count, d, k in {fits!r}:
     graphs, _ = load_tudataset(name, root=root, cache_dir=cache)
     model = MWSP(d=d, k=k, n_jobs=2).fit(graphs[:count])
     model.transform(graphs[count:count + 10])
-graphs, _ = load_tudataset("DD", root=root, cache_dir=cache)
+graphs, _ = load_tudataset({costs_name!r}, root=root, cache_dir=cache)
 support = MWSP(d=2, k=1).fit(graphs[:8]).support_
 pairs = upper_pairs(8)
 for costs in ("table", "lists", "scattered", "merged"):
@@ -366,12 +371,26 @@ print("audited")
 """
 
 
-def test_the_kernels_never_index_with_a_negative_number(data_root, cache_dir, tmp_path):
+@pytest.mark.parametrize(
+    "root, fits, costs_name",
+    [
+        pytest.param(
+            "fixture_root", (("ENZYMES", 30, 3, 1), ("PTC_MR", 30, 2, 2), ("NCI1", 40, 2, 0)), "ENZYMES", id="fixtures"
+        ),
+        # DD's first 8 graphs (graph 5: 4,152 nodes) for the cost methods on large measures.
+        pytest.param("tu_root", (), "DD", marks=pytest.mark.tudata("DD"), id="DD"),
+    ],
+)
+@pytest.mark.slow  # compiles every kernel anew, with bounds checks, in a child process
+def test_the_kernels_never_index_with_a_negative_number(request, root, fits, costs_name, cache_dir, tmp_path):
     """The build lowers the kernels' indexing without numba's wraparound of a negative index
     (:func:`mwsp_torch._aot._index_without_wraparound`), which is sound only if no kernel
     ever indexes with one. Here they run (numba's JIT, a fresh cache) with that lowering and
-    numba's bounds checks, under which a negative index is an IndexError."""
-    script = _NEGATIVE_INDEX_AUDIT.format(root=str(data_root), cache=str(cache_dir))
+    numba's bounds checks, under which a negative index is an IndexError: fits and transforms
+    of the fixtures' datasets, each cost method (on DD's large graphs where the full data is),
+    and the solver on its own."""
+    root = request.getfixturevalue(root)
+    script = _NEGATIVE_INDEX_AUDIT.format(root=str(root), cache=str(cache_dir), fits=fits, costs_name=costs_name)
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path), _aot.KERNELS_ENV: "jit"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1200)
     assert done.returncode == 0 and done.stdout.split()[-1:] == ["audited"], done.stderr[-3000:]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from numba import njit
 
 from mwsp_torch import _aot
@@ -98,7 +99,8 @@ print("engine", *counts)
 """
 
 
-def test_the_solver_and_the_engine_count_no_references_per_pivot_or_pair(tmp_path, data_root, cache_dir):
+@pytest.mark.slow  # compiles the solver and the engine anew in a child process
+def test_the_solver_and_the_engine_count_no_references_per_pivot_or_pair(tmp_path, fixture_root, cache_dir):
     """The solver's work arrays and the engine's are borrowed views: a solve increments the
     reference counts of real arrays a fixed number of times, not per node and pivot as it did
     (before: 103 times for this 6 x 6 problem, 520 for the 30 x 30 one), and the engine a fixed
@@ -108,7 +110,7 @@ def test_the_solver_and_the_engine_count_no_references_per_pivot_or_pair(tmp_pat
         **os.environ,
         "NUMBA_CACHE_DIR": str(tmp_path),
         _aot.KERNELS_ENV: "jit",
-        "MWSP_DATA_ROOT": str(data_root),
+        "MWSP_DATA_ROOT": str(fixture_root),
         "MWSP_CACHE_DIR": str(cache_dir),
     }
     done = subprocess.run(

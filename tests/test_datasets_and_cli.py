@@ -50,16 +50,16 @@ def test_distance_cache_is_keyed_by_graph_content(mutag, tmp_path):
     assert not np.array_equal(other, first)
 
 
-def test_root_from_environment(data_root, cache_dir, monkeypatch):
-    monkeypatch.setenv("MWSP_DATA_ROOT", str(data_root))
-    graphs, _ = load_tudataset("PTC_MR", cache_dir=cache_dir)
-    assert len(graphs) == 344
+def test_root_from_environment(fixture_root, cache_dir, monkeypatch):
+    monkeypatch.setenv("MWSP_DATA_ROOT", str(fixture_root))
+    graphs, _ = load_tudataset("MUTAG", cache_dir=cache_dir)
+    assert len(graphs) == 188
 
 
-def test_data_root_is_never_written(data_root, cache_dir):
-    before = sorted(p.name for p in (data_root / "MUTAG").iterdir())
-    load_tudataset("MUTAG", root=data_root, cache_dir=cache_dir)
-    assert sorted(p.name for p in (data_root / "MUTAG").iterdir()) == before == ["raw"]
+def test_data_root_is_never_written(fixture_root, cache_dir):
+    before = sorted(p.name for p in (fixture_root / "MUTAG").iterdir())
+    load_tudataset("MUTAG", root=fixture_root, cache_dir=cache_dir)
+    assert sorted(p.name for p in (fixture_root / "MUTAG").iterdir()) == before == ["raw"]
 
 
 def test_missing_dataset_names_the_raw_files(tmp_path, cache_dir):
@@ -73,9 +73,9 @@ def test_no_root_at_all(monkeypatch, cache_dir):
         load_tudataset("MUTAG", cache_dir=cache_dir)
 
 
-def _raw(data_root, name: str, part: str) -> np.ndarray:
+def _raw(fixture_root, name: str, part: str) -> np.ndarray:
     """A raw TU file read with numpy alone, independently of the library's loader."""
-    return np.loadtxt(data_root / name / "raw" / f"{name}_{part}.txt", delimiter=",", dtype=np.int64, ndmin=2)
+    return np.loadtxt(fixture_root / name / "raw" / f"{name}_{part}.txt", delimiter=",", dtype=np.int64, ndmin=2)
 
 
 def _label_histogram_distances(graph_of_node: np.ndarray, labels: np.ndarray, graphs: int) -> np.ndarray:
@@ -90,15 +90,15 @@ def _label_histogram_distances(graph_of_node: np.ndarray, labels: np.ndarray, gr
     return np.sqrt(2) / 2 * np.abs(hist[:, None, :] - hist[None, :, :]).sum(-1)
 
 
-def test_cuneiform_two_label_columns(data_root, cache_dir):
+def test_cuneiform_two_label_columns(fixture_root, cache_dir):
     """Cuneiform's node labels have two columns; each distinct row is one label (README,
     Data). At d=0, k=0 W is the label histograms' closed form, which merging or dropping
     a column would change (checked below: the first column alone gives other values)."""
-    graphs, _ = load_tudataset("Cuneiform", root=data_root, cache_dir=cache_dir)
+    graphs, _ = load_tudataset("Cuneiform", root=fixture_root, cache_dir=cache_dir)
     assert graphs[0].node_label.ndim == 2 and graphs[0].node_label.shape[1] == 2
     count = 30
-    graph_of_node = _raw(data_root, "Cuneiform", "graph_indicator")[:, 0] - 1
-    raw_labels = _raw(data_root, "Cuneiform", "node_labels")
+    graph_of_node = _raw(fixture_root, "Cuneiform", "graph_indicator")[:, 0] - 1
+    raw_labels = _raw(fixture_root, "Cuneiform", "node_labels")
     expected = _label_histogram_distances(graph_of_node, raw_labels, count)
     one_column = _label_histogram_distances(graph_of_node, raw_labels[:, :1], count)
     assert np.abs(expected - one_column).max() > 0.1  # the second column matters on these graphs
@@ -106,16 +106,16 @@ def test_cuneiform_two_label_columns(data_root, cache_dir):
     np.testing.assert_allclose(w, expected, rtol=1e-12, atol=1e-15)
 
 
-def test_imdb_needs_degree_labels(data_root, cache_dir):
+def test_imdb_needs_degree_labels(fixture_root, cache_dir):
     """IMDB-BINARY has no node labels: refused without a policy; with ``labels="degree"``
     W at d=0, k=0 is the closed form over histograms of degrees counted from the raw edges
     (symmetrised, self-loops and duplicates dropped, SPEC 1)."""
-    graphs, _ = load_tudataset("IMDB-BINARY", root=data_root, cache_dir=cache_dir)
+    graphs, _ = load_tudataset("IMDB-BINARY", root=fixture_root, cache_dir=cache_dir)
     with pytest.raises(ValueError, match="graph 0: has neither node_label nor x"):
         MWSP().fit(graphs[:5])
     count = 20
-    graph_of_node = _raw(data_root, "IMDB-BINARY", "graph_indicator")[:, 0] - 1
-    edges = _raw(data_root, "IMDB-BINARY", "A") - 1
+    graph_of_node = _raw(fixture_root, "IMDB-BINARY", "graph_indicator")[:, 0] - 1
+    edges = _raw(fixture_root, "IMDB-BINARY", "A") - 1
     edges = edges[edges[:, 0] != edges[:, 1]]
     edges = np.unique(np.sort(edges, axis=1), axis=0)
     degree = np.bincount(edges.ravel(), minlength=len(graph_of_node))
@@ -153,7 +153,7 @@ def test_sinkhorn_error_is_small_on_mutag(mutag):
     np.testing.assert_allclose(cross[iu], approx[iu], rtol=1e-12)
 
 
-def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
+def test_cli_evaluate_paper_json(fixture_root, cache_dir, tmp_path, capsys):
     out = tmp_path / "r.json"
     code = main(
         [
@@ -161,7 +161,7 @@ def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
             "--dataset",
             "MUTAG",
             "--root",
-            str(data_root),
+            str(fixture_root),
             "--cache-dir",
             str(cache_dir),
             "--d",
@@ -186,12 +186,14 @@ def test_cli_evaluate_paper_json(data_root, cache_dir, tmp_path, capsys):
     assert line in capsys.readouterr().out
 
 
-def test_cli_folds_the_classes_cannot_fill_are_refused_before_any_distance(data_root, cache_dir, monkeypatch, capsys):
+def test_cli_folds_the_classes_cannot_fill_are_refused_before_any_distance(
+    fixture_root, cache_dir, monkeypatch, capsys
+):
     def computed(*args, **kwargs):
         raise AssertionError("a distance matrix was computed before the folds were checked")
 
     monkeypatch.setattr(cli, "_distances", computed)
-    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir), "--quiet"]
+    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(cache_dir), "--quiet"]
     for protocol, name in (("nested", "n_outer"), ("paper", "n_splits")):
         assert main([*argv, "--protocol", protocol, "--folds", "64"]) == 2
         err = capsys.readouterr().err
@@ -252,7 +254,7 @@ def test_cli_summary_says_what_its_std_is_over():
     assert cli._summary(one).startswith("X: 80.00 +- 3.75 % (nested protocol, std over the 10 folds of one repetition,")
 
 
-def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
+def test_cli_distances_and_errors(fixture_root, cache_dir, tmp_path, capsys):
     out = tmp_path / "w.npy"
     assert (
         main(
@@ -261,7 +263,7 @@ def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
                 "--dataset",
                 "MUTAG",
                 "--root",
-                str(data_root),
+                str(fixture_root),
                 "--cache-dir",
                 str(cache_dir),
                 "--d",
@@ -284,7 +286,7 @@ def test_cli_distances_and_errors(data_root, cache_dir, tmp_path, capsys):
                 "--dataset",
                 "NOPE",
                 "--root",
-                str(data_root),
+                str(fixture_root),
                 "--cache-dir",
                 str(cache_dir),
                 "--out",
@@ -454,14 +456,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel_calls, capsys):
+def test_cli_run_killed_mid_way_resumes(fixture_root, tmp_path, monkeypatch, kernel_calls, capsys):
     """A CLI run killed (SIGKILL) between tiles, started again with the same --checkpoint,
     writes the matrix of an uninterrupted run and computes only the tiles it lacked."""
     tile = 300
     checkpoint = tmp_path / "ckpt"
 
     def args(out, cache, with_checkpoint=True):
-        common = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--d", "2", "--k", "1"]
+        common = ["distances", "--dataset", "MUTAG", "--root", str(fixture_root), "--d", "2", "--k", "1"]
         extra = ["--checkpoint", str(checkpoint)] if with_checkpoint else []
         return common + ["--cache-dir", str(tmp_path / cache), "--out", str(out), "--quiet"] + extra
 
@@ -494,23 +496,23 @@ def test_cli_run_killed_mid_way_resumes(data_root, tmp_path, monkeypatch, kernel
     np.testing.assert_array_equal(np.load(resumed_out), np.load(whole_out))
 
 
-def test_cli_distances_writes_exactly_the_out_path(data_root, cache_dir, tmp_path, capsys):
+def test_cli_distances_writes_exactly_the_out_path(fixture_root, cache_dir, tmp_path, capsys):
     out = tmp_path / "w_without_suffix"
-    argv = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir)]
+    argv = ["distances", "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(cache_dir)]
     assert main([*argv, "--d", "1", "--k", "0", "--out", str(out), "--quiet"]) == 0
     assert json.loads(capsys.readouterr().out)["out"] == str(out)
     assert [p.name for p in tmp_path.iterdir()] == ["w_without_suffix"]  # numpy appends no .npy
     assert np.load(out).shape == (188, 188)
 
 
-def test_cli_unwritable_out_is_refused_before_the_run(data_root, cache_dir, tmp_path, capsys, monkeypatch):
+def test_cli_unwritable_out_is_refused_before_the_run(fixture_root, cache_dir, tmp_path, capsys, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("computed W for an output it cannot write")
 
     monkeypatch.setattr(cli, "cached_distances", no_run)
     out = tmp_path / "w.npy"
     out.mkdir()  # a directory where the matrix should go
-    argv = ["distances", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir)]
+    argv = ["distances", "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(cache_dir)]
     for target, message in [(out, "is a directory; give a file path"), (out / "no" / "w.npy", "does not exist")]:
         with pytest.raises(SystemExit) as exit_info:
             main([*argv, "--d", "1", "--out", str(target), "--quiet"])
@@ -518,13 +520,13 @@ def test_cli_unwritable_out_is_refused_before_the_run(data_root, cache_dir, tmp_
         assert f"mwsp: error: --out {target}" in (err := capsys.readouterr().err) and message in err
 
 
-def test_cli_json_that_fails_late_still_prints_the_result(data_root, cache_dir, tmp_path, capsys, monkeypatch):
+def test_cli_json_that_fails_late_still_prints_the_result(fixture_root, cache_dir, tmp_path, capsys, monkeypatch):
     def full_disk(self, text, *args, **kwargs):
         raise OSError(28, "No space left on device")
 
     out = tmp_path / "r.json"
     monkeypatch.setattr(cli.Path, "write_text", full_disk)  # passes the check before the run, fails after it
-    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(data_root), "--cache-dir", str(cache_dir), "--quiet"]
+    argv = ["evaluate", "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(cache_dir), "--quiet"]
     code = main([*argv, "--d", "1", "--k", "0", "--protocol", "paper", "--json", str(out)])
     captured = capsys.readouterr()
     assert code == 2 and f"mwsp: error: cannot write --json {out}: [Errno 28] No space left" in captured.err

@@ -785,7 +785,7 @@ def test_estimator_on_a_device_matches_reference(device, monkeypatch):
     assert devices_used == [device, device]  # fit and transform both went through the batched engine
 
 
-def test_triton_kernels_under_interpreter(data_root, tmp_path):
+def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
     """The ``triton`` Sinkhorn backend's CUDA kernels run on CPU tensors by Triton's
     interpreter, in a subprocess (``TRITON_INTERPRET`` must be set before Triton is
     imported): equal to the torch loop and to geomloss to 1e-9, widths below and above
@@ -794,7 +794,7 @@ def test_triton_kernels_under_interpreter(data_root, tmp_path):
     script = Path(__file__).parent / "triton_interpreted.py"
     env = {**os.environ, "TRITON_INTERPRET": "1", "KEOPS_VERBOSE": "0"}
     run = subprocess.run(
-        [sys.executable, str(script), str(data_root), str(tmp_path)], env=env, capture_output=True, text=True
+        [sys.executable, str(script), str(fixture_root), str(tmp_path)], env=env, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr[-3000:]
     worst = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1])
@@ -842,13 +842,14 @@ assert abs(got - reference) <= 1e-9 * reference, (got, reference)
 """
 
 
-def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(data_root, cache_dir):
+@pytest.mark.tudata("DD")  # graph 5 alone has 4,152 nodes (300 KB of raw files)
+def test_solver_ends_where_rounding_outgrows_the_cost_tolerance(tu_root, cache_dir):
     """DD graphs 5 and 21 (4,142 x 696 points at d=2,k=1): with a pricing threshold relative
     to the costs alone, potentials drifted to ~1,757 and an arc of reduced cost 0 kept
     entering on rounding noise, forever. It now ends (0.3 s here) and equals POT; a child
     process with a time limit turns a relapse into a failure instead of a hung test run."""
     done = subprocess.run(
-        [sys.executable, "-c", _DD_PAIR, str(data_root), str(cache_dir)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _DD_PAIR, str(tu_root), str(cache_dir)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -986,12 +987,12 @@ print(float(np.max(np.abs(got - want) / np.maximum(want, 1e-300))))
 """
 
 
-def test_thread_engine_cuda_kernel_in_the_simulator(data_root, cache_dir):
+def test_thread_engine_cuda_kernel_in_the_simulator(fixture_root, cache_dir):
     """The CUDA kernel itself (its ``cuda.local`` arrays, thread indexing and launch), run
     by numba's CUDA simulator on the CPU: CI has no GPU, and the CPU kernel shares every
     function of the solver but not these."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    script = SIMULATED.format(root=str(data_root), cache=str(cache_dir))
+    script = SIMULATED.format(root=str(fixture_root), cache=str(cache_dir))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     large, error = done.stdout.strip().splitlines()[-2:]
