@@ -90,7 +90,12 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         "on --device cpu the same solver built for the CPU, slower than compiled) "
         "or batched (the torch batched simplex on --device)",
     )
-    parser.add_argument("--n-jobs", type=int, default=-1, help="threads for the exact solver (default -1: all cores)")
+    parser.add_argument(
+        "--n-jobs",
+        type=int,
+        default=-1,
+        help="cores for the exact solver's threads and the SVM selection's processes (default -1: all cores)",
+    )
     parser.add_argument(
         "--checkpoint", default=None, help="keep finished tiles of the compiled exact engine here (resumable)"
     )
@@ -200,6 +205,7 @@ def _evaluate(args) -> dict:
                 svm=args.svm,
                 krein=args.krein,
                 progress=progress,
+                n_jobs=args.n_jobs,
                 n_splits=args.folds,
             )
             for key, w in distances.items()
@@ -231,6 +237,7 @@ def _evaluate(args) -> dict:
             svm=args.svm,
             krein=args.krein,
             progress=progress,
+            n_jobs=args.n_jobs,
         )
     result.update(
         {

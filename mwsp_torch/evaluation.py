@@ -22,11 +22,14 @@ the distances themselves (:func:`accuracy_ceiling`).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 from tqdm.auto import tqdm
@@ -213,6 +216,11 @@ def _as_tuple(values, name: str) -> tuple:
         raise ValueError(f"{name} must be a sequence of numbers, got {values!r}") from None
 
 
+def _check_n_jobs(n_jobs) -> None:
+    if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
+        raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
+
+
 def _check_grid(values, name: str) -> tuple:
     """``values`` (any iterable, a generator included) as a non-empty tuple of finite numbers > 0."""
     values = _as_tuple(values, name)
@@ -302,17 +310,41 @@ def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, 
     return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C)
 
 
+@contextmanager
+def _shared(kernels: _Kernels, n_jobs: int):
+    """``kernels`` with each W memory-mapped from one temporary file when more than one
+    process works, so that every step's task names the files instead of carrying (or joblib
+    hashing) the ``n x n`` matrices: 9 settings of NCI1's W are 1.2 GB."""
+    if effective_n_jobs(n_jobs) == 1:
+        yield kernels
+        return
+    with tempfile.TemporaryDirectory(prefix="mwsp-protocol-") as folder:
+        mapped = {}
+        for i, (key, w) in enumerate(kernels.distances.items()):
+            path = Path(folder) / f"w{i}.npy"
+            np.save(path, np.ascontiguousarray(w, dtype=np.float64))
+            mapped[key] = np.load(path, mmap_mode="r")
+        yield _Kernels(mapped, kernels.svm, kernels.krein)
+
+
 def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str) -> list:
     """``(accuracy, (key, lam, C))`` for each ``(train, test, inner)`` fold, in order.
 
-    The work runs over ``n_jobs`` processes as one step per fold, setting and ``lam`` (the
-    inner cross-validation of every ``C``), then one final fit per fold, under one progress
-    bar over all of them. A fold selects in grid order (setting, then ``lam``, then ``C``):
-    the first best mean inner accuracy wins.
+    The work runs over ``n_jobs`` processes (one BLAS thread each) as one step per fold,
+    setting and ``lam`` (the inner cross-validation of every ``C``), then one final fit per
+    fold, under one progress bar over all of them; the processes read W from one
+    memory-mapped copy (:func:`_shared`). A fold selects in grid order (setting, then
+    ``lam``, then ``C``): the first best mean inner accuracy wins, whatever ``n_jobs``.
     """
     splits = [list(inner.split(np.zeros(len(train)), y[train])) for train, _, inner in folds]
     steps = [(f, key, lam) for f in range(len(folds)) for key in keys for lam in lams]
-    runner = Parallel(n_jobs=n_jobs, return_as="generator")
+    with _shared(kernels, n_jobs) as kernels, parallel_config(backend="loky", inner_max_num_threads=1):
+        runner = Parallel(n_jobs=n_jobs, return_as="generator")
+        return _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc)
+
+
+def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc) -> list:
+    """:func:`_run_folds`' work on ``runner``."""
     with tqdm(total=len(steps) + len(folds), desc=desc, unit="step", disable=_hidden(progress)) as bar:
         scores = {}
         tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in steps)
@@ -391,7 +423,7 @@ def paper_protocol(
     seed: int = 42,
     svm: str = "svc",
     krein: str = "flip",
-    n_jobs: int = 1,
+    n_jobs: int = -1,
     progress: bool | None = None,
     n_splits: int = 10,
 ) -> dict:
@@ -406,7 +438,8 @@ def paper_protocol(
             own draws do not change.
         svm (str): ``"svc"`` or ``"krein"`` (default ``"svc"``).
         krein (str): ``"flip"`` or ``"clip"`` when ``svm="krein"`` (default ``"flip"``).
-        n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
+        n_jobs (int): processes for the selection (default ``-1``: every core; results do not
+            depend on it).
         progress (bool, optional): one tqdm bar over the whole selection (every fold's
             inner cross-validation of each ``lam``, then its final fit); ``True``, ``False``,
             or ``None`` (default): on a terminal only, so not under pytest or in a log.
@@ -433,6 +466,7 @@ def paper_protocol(
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
     distances = _check_distances(distances, len(y), "distances")
     check_folds(y, n_splits, "n_splits")
+    _check_n_jobs(n_jobs)
     kernels = _Kernels({None: distances}, svm, krein)
     # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
     # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
@@ -474,7 +508,7 @@ def nested_protocol(
     n_inner: int = NESTED_INNER_FOLDS,
     svm: str = "svc",
     krein: str = "flip",
-    n_jobs: int = 1,
+    n_jobs: int = -1,
     progress: bool | None = None,
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
@@ -487,7 +521,8 @@ def nested_protocol(
         seeds: one repetition per seed, distinct integers (default ``0..9``).
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         svm, krein (str): as in :func:`paper_protocol`.
-        n_jobs (int): processes over outer folds (default ``1``; results do not depend on it).
+        n_jobs (int): processes for the selection (default ``-1``: every core; results do not
+            depend on it).
         progress (bool, optional): as in :func:`paper_protocol` (a step: one outer fold's
             inner cross-validation of one ``(d, k)`` and ``lam``).
 
@@ -524,6 +559,7 @@ def nested_protocol(
             raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
     check_folds(y, n_outer, "n_outer")
+    _check_n_jobs(n_jobs)
     check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)
