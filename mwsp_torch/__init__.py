@@ -1,7 +1,9 @@
 """mwsp_torch: the MWSP graph kernel (Multi-scale Wasserstein Shortest-Path) for PyTorch Geometric.
 
-Data flows one way: ``labels -> trees -> paths -> transport -> kernel -> evaluation``;
-:class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform.
+Data flows one way: ``graphs -> labels -> trees -> paths -> transport -> kernel -> evaluation``;
+:class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform,
+:class:`MWSPNystroem` Nystroem features from landmark graphs, and :mod:`mwsp_torch.distributed`
+runs the exact engine on a Dask cluster.
 """
 
 from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl

@@ -1,5 +1,5 @@
 """Type predicates for parameter checks, shared by every module (so none imports one
-further down the ``labels -> trees -> paths -> transport -> kernel`` flow for them)."""
+further down the ``graphs -> labels -> trees -> paths -> transport -> kernel`` flow for them)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ perturbation on exact integer masses, the row-minimum start, block pricing by ro
 basis tree as ancestor bit masks), with its arrays in thread-local memory. Each thread
 also does its pair's own preparation from the graphs' collapsed supports: the merge
 that cancels shared mass, and the gather of its cost matrix from a table of all
-row-to-row distances (:func:`mwsp_torch.transport._row_distance_table`, built on the
+row-to-row distances (:func:`mwsp_torch.transport.costs.row_distance_table`, built on the
 host once, bit for bit the CPU engine's costs). So the host sends the supports and the
 pairs, and nothing per pair beyond them.
 
@@ -31,7 +31,7 @@ closure's contents; the constants imported from
 delete ``mwsp_torch/__pycache__/_thread_simplex*.nb[ic]``.
 
 These functions repeat the bit-mask path of :mod:`mwsp_torch._simplex` (and
-``transport._cancel``) instead of sharing it: the CPU engine's versions take their row
+``transport.measures.cancel``) instead of sharing it: the CPU engine's versions take their row
 minima through LLVM vector intrinsics (:mod:`mwsp_torch._simd`), fastmath and inlining
 flags, none of which compile for CUDA, and its cost is measured per nanosecond. Tests
 hold the two to the same W (``tests/test_transport.py``).
@@ -119,7 +119,7 @@ def _build(jit):
     @jit
     def cancel(g, h, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size, pos_ids, rs_u, neg_ids, rd_u):
         """Graph ``g`` (left) minus graph ``h`` (right) as integer masses ``count * other
-        size``, shared mass cancelled (as ``transport._cancel``). Returns ``(m, n)``, or
+        size``, shared mass cancelled (as ``transport.measures.cancel``). Returns ``(m, n)``, or
         ``m + n > MAX_NODES`` as soon as the problem is known to exceed the limit."""
         na = l_size[g]
         nb = r_size[h]

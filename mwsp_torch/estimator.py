@@ -1,6 +1,6 @@
 """The scikit-learn estimator: graphs in, MWSP distances and kernels out.
 
-A thin stateful layer over the pure functions of ``labels -> trees -> paths ->
+A thin stateful layer over the pure functions of ``graphs -> labels -> trees -> paths ->
 transport -> kernel``. ``fit`` learns the vocabularies (label rows, trees,
 path representations, distinct node rows) and the training distances;
 ``transform`` gives unseen trees, paths and rows fresh IDs in throw-away
