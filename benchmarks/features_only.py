@@ -7,8 +7,8 @@ process: the peak RSS is the process's). ``--check W.npy`` also checks a distanc
 of the same setting (finite, symmetric, zero diagonal) and compares 30 random pairs of it
 with POT's network simplex on the collapsed supports:
 
-    git worktree add /tmp/mwsp-old 274fec6
-    python benchmarks/features_only.py --tree /tmp/mwsp-old --dataset REDDIT-BINARY --d 2 --k 2
+    git worktree add ../mwsp-old OLD_COMMIT
+    python benchmarks/features_only.py --tree ../mwsp-old --dataset REDDIT-BINARY --d 2 --k 2
     python benchmarks/features_only.py --dataset REDDIT-BINARY --d 2 --k 2 --check W.npy
 """
 

@@ -5,8 +5,8 @@ This script times the same pairs (``run.sample_pairs``, ``--sample`` of the uppe
 ``--repeats`` times and prints every time. ``--tree`` picks the checkout whose
 ``mwsp_torch`` is imported, so an older revision can be timed back to back with this one:
 
-    git worktree add /tmp/mwsp-old cc9dc13
-    python benchmarks/sample_seconds.py --tree /tmp/mwsp-old --dataset DD --d 2 --k 1
+    git worktree add ../mwsp-old OLD_COMMIT
+    python benchmarks/sample_seconds.py --tree ../mwsp-old --dataset DD --d 2 --k 1
     python benchmarks/sample_seconds.py --dataset DD --d 2 --k 1
 """
 
