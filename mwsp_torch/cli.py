@@ -25,7 +25,6 @@ import numpy as np
 
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset
-from mwsp_torch.estimator import EXACT_ENGINES
 from mwsp_torch.evaluation import (
     NESTED_INNER_FOLDS,
     SEED_RANGE,
@@ -37,6 +36,7 @@ from mwsp_torch.evaluation import (
     reported_std,
 )
 from mwsp_torch.transport import SINKHORN_BACKENDS
+from mwsp_torch.transport.engines import EXACT_ENGINES
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:

@@ -10,7 +10,6 @@ tables, so the fitted state never changes.
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 import time
 import warnings
@@ -41,78 +40,16 @@ from mwsp_torch.transport import (
     thread_exact_distances,
     upper_pairs,
 )
+from mwsp_torch.transport.engines import (
+    EXACT_ENGINES,
+    THREAD_TABLE_BYTES,
+    ExactEngineFallbackWarning,
+    SinkhornOnCPUWarning,
+    build_cpu_kernels,
+    choose_exact_engine,
+    numba_cuda_available,
+)
 from mwsp_torch.trees import tree_ids
-
-EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
-
-#: The largest row-to-row distance table (bytes) that ``exact_engine="auto"`` gives the thread
-#: engine (:func:`transport.thread_exact_distances`' own default limit); a larger bank goes to
-#: the compiled engine, which needs no table.
-THREAD_TABLE_BYTES = 1 << 30
-
-
-class SinkhornOnCPUWarning(UserWarning):
-    """``solver="sinkhorn"`` on a CPU, where the exact solver is both faster and exact."""
-
-
-class ExactEngineFallbackWarning(UserWarning):
-    """``exact_engine="auto"`` on a CUDA device it cannot use: the compiled CPU engine runs instead."""
-
-
-def choose_exact_engine(
-    device,
-    cuda_available: bool,
-    numba_cuda_available: bool,
-    checkpoint: bool = False,
-    table_fits: bool = True,
-) -> str:
-    """The exact engine that ``exact_engine="auto"`` runs.
-
-    The thread engine (one pair per CUDA thread) on a CUDA device that both torch and numba
-    can use, the compiled CPU engine otherwise. Measured on NCI1 at d=2, k=0 (all 8.4 M
-    pairs): 4.1-4.9 s on one H100 against 11.4-13.5 s for the compiled engine on that
-    machine's 16 CPU threads (``benchmarks/README.md``). The compiled engine is kept where
-    only it can do the job: with a ``checkpoint`` (the only engine that keeps tiles), or
-    when the thread engine's row-to-row distance table would not fit
-    :data:`THREAD_TABLE_BYTES` (datasets of large graphs).
-
-    Args:
-        device (str or torch.device): ``MWSP``'s ``device``.
-        cuda_available (bool): torch sees a CUDA device.
-        numba_cuda_available (bool): ``numba.cuda`` imports and sees a CUDA device.
-        checkpoint (bool): a checkpoint directory is set (default ``False``).
-        table_fits (bool): the thread engine's distance table fits (default ``True``).
-
-    Returns:
-        ``"thread"`` or ``"compiled"``.
-    """
-    import torch
-
-    on_cuda = torch.device(device).type == "cuda"
-    if on_cuda and cuda_available and numba_cuda_available and not checkpoint and table_fits:
-        return "thread"
-    return "compiled"
-
-
-def numba_cuda_available() -> bool:
-    """Whether ``numba.cuda`` imports and sees a usable CUDA device (never raises: a numba
-    CUDA that fails to import, as against a numpy it does not support, counts as absent)."""
-    try:
-        cuda = importlib.import_module("numba.cuda")
-        return bool(cuda.is_available())
-    except Exception:
-        return False
-
-
-def build_cpu_kernels() -> None:
-    """Build (about a minute, once per machine and source) or load the CPU kernels compiled
-    ahead of time, now rather than inside the first fit: ``fit`` calls it before its timer
-    starts, and the command line before its progress bars, so the build's minute is
-    never counted as the features' time. A build that fails falls back to numba's JIT with
-    a warning (``MWSP_KERNELS`` decides; see ``docs/engines.md``)."""
-    from mwsp_torch import _aot
-
-    _aot.module()
 
 
 class MWSP(TransformerMixin, BaseEstimator):
@@ -136,7 +73,7 @@ class MWSP(TransformerMixin, BaseEstimator):
 
             - ``"auto"``: ``"thread"`` when ``device`` is a CUDA device that torch and numba
               can use, else ``"compiled"`` (also with a ``checkpoint``, or a row bank too
-              large for the thread engine's table: :func:`choose_exact_engine`). A CUDA
+              large for the thread engine's table: :func:`~mwsp_torch.transport.engines.choose_exact_engine`). A CUDA
               ``device`` it cannot use warns. ``timings_["engine"]`` says which ran.
             - ``"compiled"``: the numba CPU engine with ``n_jobs`` threads, whatever
               ``device`` is; the only one that keeps a ``checkpoint``.
@@ -181,7 +118,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         tree_vocab_, path_vocab_ (Vocabulary), row_vocab_ (transport.RowVocabulary):
             fitted tables.
         timings_ (dict): seconds spent in ``features`` and ``transport`` (a first use's
-            build of the CPU kernels excluded: :func:`build_cpu_kernels`), how many distinct
+            build of the CPU kernels excluded:
+            :func:`~mwsp_torch.transport.engines.build_cpu_kernels`), how many distinct
             measures (graphs up to an equal node-row distribution) and pairs the transport
             solved, and the ``engine`` that solved them (``"compiled"``, ``"thread"``,
             ``"batched"``, ``"sinkhorn"``, or ``"dask"`` with a ``client``); with a
@@ -402,8 +340,8 @@ class MWSP(TransformerMixin, BaseEstimator):
 
     def _engine(self, num_rows: int) -> str:
         """The engine that solves this call's pairs: ``"sinkhorn"``, or the exact engine, with
-        ``"auto"`` resolved by :func:`choose_exact_engine` (``num_rows``: the shared row bank's
-        size, which sizes the thread engine's table)."""
+        ``"auto"`` resolved by :func:`~mwsp_torch.transport.engines.choose_exact_engine`
+        (``num_rows``: the shared row bank's size, which sizes the thread engine's table)."""
         if self.solver != "exact":
             return "sinkhorn"
         if self.exact_engine != "auto":

@@ -17,13 +17,13 @@ import torch
 import mwsp_torch.estimator as estimator
 from mwsp_torch import MWSP, load_tudataset, make_csl, nested_protocol, paper_protocol
 from mwsp_torch.cli import _check_args, _summary, build_parser, main
-from mwsp_torch.estimator import (
+from mwsp_torch.evaluation import PAPER_LAMS, accuracy_ceiling, check_folds, check_inner_folds, check_labels
+from mwsp_torch.transport.engines import (
     EXACT_ENGINES,
     ExactEngineFallbackWarning,
     SinkhornOnCPUWarning,
     choose_exact_engine,
 )
-from mwsp_torch.evaluation import PAPER_LAMS, accuracy_ceiling, check_folds, check_inner_folds, check_labels
 
 from conftest import make_data
 

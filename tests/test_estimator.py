@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from mwsp_torch import MWSP, TreeIDs, krein_projector, make_csl
 from mwsp_torch.datasets import CSL_SKIPS
-from mwsp_torch.estimator import ExactEngineFallbackWarning
+from mwsp_torch.transport.engines import ExactEngineFallbackWarning
 
 from conftest import make_data
 from reference import distance_matrix

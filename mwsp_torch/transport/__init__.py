@@ -15,7 +15,8 @@ between rows (``docs/definition.md``). One file per job, in the order data flows
 - :mod:`~mwsp_torch.transport.sinkhorn`: the Sinkhorn approximation on any torch device
   (:func:`sinkhorn_distances`);
 - :mod:`~mwsp_torch.transport.gpu`: the exact engines for GPUs
-  (:func:`batched_exact_distances`, :func:`thread_exact_distances`).
+  (:func:`batched_exact_distances`, :func:`thread_exact_distances`);
+- :mod:`~mwsp_torch.transport.engines`: which exact engine ``exact_engine="auto"`` runs.
 """
 
 from mwsp_torch.transport.costs import COST_METHODS
