@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,11 @@ TU_DATASETS = (
 )
 
 #: Skip lengths of the circular skip-link graphs (Murphy et al. 2019), one class each.
+#: The largest one-hot ``x`` (bytes, float32) that PyG's ``TUDataset`` is let build from
+#: node labels; past it (DBLP_v1: 41,325 labels on 203,954 nodes, 31 GiB) the graphs carry
+#: ``node_label`` only, which is what MWSP reads.
+ONE_HOT_LIMIT_BYTES = 1 << 30
+
 CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)
 
 
@@ -253,6 +259,14 @@ def load_tudataset(
             f"{', '.join(missing)} (layout ROOT/{name}/raw/{name}_*.txt){hint}"
         )
     labels = _checked_raw_files(raw, name)
+    one_hot = 0 if labels is None else 4 * len(labels) * int((labels.max(axis=0) - labels.min(axis=0) + 1).sum())
+    skipped = f"{name}_node_labels.txt" if one_hot > ONE_HOT_LIMIT_BYTES else None
+    if skipped is not None:
+        warnings.warn(
+            f"{name}'s node labels would make PyG's one-hot x {one_hot / 2**30:.1f} GiB: its graphs carry the "
+            "labels as node_label only (MWSP reads them; a GNN needs an embedding of node_label instead of x)",
+            stacklevel=2,
+        )
     cache_root = resolve_cache_dir(cache_dir) / "tudatasets" / _fingerprint(raw)
     target = cache_root / name / "raw"
     with _locked(cache_root):
@@ -261,7 +275,8 @@ def load_tudataset(
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
             for path in raw.iterdir():
-                if path.is_file():  # contents only: a read-only root's modes would make the copy unwritable
+                # contents only: a read-only root's modes would make the copy unwritable
+                if path.is_file() and path.name != skipped:
                     shutil.copyfile(path, staging / path.name)
             _end_lines(staging)
             staging.rename(target)

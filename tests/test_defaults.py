@@ -4,6 +4,7 @@ a data root that points inside a dataset's folder. None of these tests needs dat
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -296,3 +297,19 @@ def test_a_root_inside_the_dataset_folder_gets_a_hint(fake_root, inside, capsys)
     assert main(["evaluate", "--dataset", "MUTAG", "--root", str(root), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--root" in err and f"did you mean {str(fake_root)!r}?" in err
+
+
+def test_labels_too_many_for_a_one_hot_x_stay_node_labels_only(tmp_path, monkeypatch):
+    import mwsp_torch.datasets as datasets
+
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).parent / "data" / "MUTAG", root / "MUTAG")
+    full, y_full = load_tudataset("MUTAG", root=root, cache_dir=tmp_path / "a")
+    assert full[0].x is not None
+    # MUTAG's 7 labels on 3,371 nodes make a 94 KB one-hot x: a limit below it keeps node_label only.
+    monkeypatch.setattr(datasets, "ONE_HOT_LIMIT_BYTES", 1000)
+    with pytest.warns(UserWarning, match="MUTAG's node labels would make PyG's one-hot x"):
+        graphs, y = load_tudataset("MUTAG", root=root, cache_dir=tmp_path / "b")
+    assert graphs[0].x is None and np.array_equal(y, y_full)
+    assert all(torch.equal(a.node_label, b.node_label) for a, b in zip(graphs, full, strict=True))
+    assert np.array_equal(MWSP().fit(graphs[:30]).distances_, MWSP().fit(full[:30]).distances_)
