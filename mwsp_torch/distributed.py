@@ -22,6 +22,7 @@ of a task: the default 65,536 pairs take seconds on NCI1-sized graphs.
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Callable
 
 import numpy as np
@@ -36,8 +37,20 @@ from mwsp_torch.transport.store import TileStore
 TILE_SIZE = 1 << 16
 #: Seconds to wait for a scheduler before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
-#: One BLAS / OpenMP thread per worker process: the workers are the parallelism.
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: The worker processes' environment: one BLAS / OpenMP thread each (the workers are the
+#: parallelism), and glibc's heap neither trimmed after every free nor bypassed by mmap for
+#: buffers up to 32 MiB. Dask's nannies set ``MALLOC_TRIM_THRESHOLD_=65536``, which also
+#: freezes glibc's mmap threshold at 128 KiB, so the engine's per-run column buffers
+#: (megabytes on banks of a million columns) came back as fresh pages each time: 4.2x slower
+#: on DBLP_v1 (1.33 against 0.32 s for 65,536 pairs, one thread). Set both on workers
+#: started by hand too (``docs/scaleout.md``).
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 25),
+}
 
 
 def connect(scheduler: str | None = None, n_workers: int | None = None, threads_per_worker: int = 1):
@@ -72,25 +85,37 @@ def connect(scheduler: str | None = None, n_workers: int | None = None, threads_
         raise ValueError(f"n_workers must be an integer >= 1, got {n_workers!r}")
     if not is_integer(threads_per_worker) or threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be an integer >= 1, got {threads_per_worker!r}")
-    cluster = LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        dashboard_address=None,
-        env=WORKER_ENV,
-    )
+    import dask
+
+    # Before the worker processes start (glibc reads its settings once): Dask's own
+    # pre-spawn environment, with ours over it.
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_ENV}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        cluster = LocalCluster(
+            n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=None
+        )
     return Client(cluster)
 
 
 class _Sets:
-    """The two support sets of a run, pickled as one object."""
+    """The two support sets of a run, pickled as one object and in band: Dask would otherwise
+    hand the worker arrays backed by its receive buffers, read-only, which the compiled
+    extension refuses (the engine then falls back to numba's JIT path, 4-5x slower)."""
 
     def __init__(self, left: SupportSet, right: SupportSet) -> None:
         self.left, self.right = left, right
 
+    def __getstate__(self) -> dict:
+        return {"sets": pickle.dumps((self.left, self.right), protocol=pickle.HIGHEST_PROTOCOL)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.left, self.right = pickle.loads(state["sets"])
+
 
 def _tile(sets: _Sets, pairs: np.ndarray, n_jobs: int, costs: str) -> np.ndarray:
-    """One task: a tile's values by the in-process engine, on the worker."""
+    """One task: a tile's values by the in-process engine, on the worker (``pairs`` copied:
+    Dask's may be read-only, as :class:`_Sets` says)."""
+    pairs = np.array(pairs, dtype=np.int64, order="C", copy=True)
     return exact_distances(sets.left, sets.right, pairs, n_jobs=n_jobs, tile_size=max(len(pairs), 1), costs=costs)
 
 
