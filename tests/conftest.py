@@ -57,7 +57,8 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        f"slow: compiles the kernels anew in a child process (1-2 minutes each on 2 cores); "
+        "slow: takes tens of seconds to minutes on 2 cores (kernels compiled anew in a child process, "
+        "Triton's interpreter); "
         f"skipped unless {SLOW_ENV}=1",
     )
 
@@ -80,7 +81,7 @@ def pytest_collection_modifyitems(config, items):
                 )
             )
         if item.get_closest_marker("slow") is not None and not slow:
-            item.add_marker(pytest.mark.skip(reason=f"slow (compiles the kernels anew): set {SLOW_ENV}=1 to run it"))
+            item.add_marker(pytest.mark.skip(reason=f"slow (tens of seconds or more): set {SLOW_ENV}=1 to run it"))
 
 
 @pytest.fixture(scope="session")

@@ -785,6 +785,7 @@ def test_estimator_on_a_device_matches_reference(device, monkeypatch):
     assert devices_used == [device, device]  # fit and transform both went through the batched engine
 
 
+@pytest.mark.slow  # 30 s of Triton's interpreter in a child process
 def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
     """The ``triton`` Sinkhorn backend's CUDA kernels run on CPU tensors by Triton's
     interpreter, in a subprocess (``TRITON_INTERPRET`` must be set before Triton is
