@@ -39,7 +39,7 @@ from mwsp_torch.transport.costs import (
     scattered_costs,
 )
 from mwsp_torch.transport.measures import SupportSet, bank_arrays, cancel, pair_supports, shared_bank
-from mwsp_torch.transport.store import TileStore
+from mwsp_torch.transport.store import TileStore, stored_tiles
 
 #: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes its own column buffer).
 PAIR_CHUNK = 256
@@ -246,18 +246,12 @@ def exact_distances(
     squares, dense_columns, head_columns = cost_buffers(indptr, data, costs, num_columns)
     store = TileStore(checkpoint, left, right, pairs, tile_size, costs) if checkpoint is not None else None
     out = np.empty(len(pairs), dtype=np.float64)
-    loaded = 0
+    todo, loaded = stored_tiles(store, len(pairs), tile_size, out, progress)
     if table is None:
         table = np.empty((0, 0), dtype=np.float64)
     arrays = (pairs, *left.arrays(), *right.arrays(), indptr, indices, data, table, squares)
     with _ExactWorkers(n_jobs, arrays) as workers:
-        for index, lo in enumerate(range(0, len(pairs), tile_size)):
-            hi = min(lo + tile_size, len(pairs))
-            if store is not None and store.load(index, out[lo:hi]):
-                loaded += hi - lo
-                if progress is not None:
-                    progress(hi - lo)
-                continue
+        for index, lo, hi in todo:
             if use_table and table.shape[0] == 0:  # built once, and only if some tile needs it
                 table = workers.table(indptr, indices, data)
             _tile_kernel(

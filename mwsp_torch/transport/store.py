@@ -94,6 +94,27 @@ class TileStore:
         os.replace(tmp, self._path(index, values))  # atomic: a killed run leaves no half tile
 
 
+def stored_tiles(store: TileStore | None, num_pairs: int, tile_size: int, out: np.ndarray, progress=None):
+    """Read the finished tiles of ``num_pairs`` pairs in tiles of ``tile_size`` from ``store``
+    (if any) into ``out``, reporting each to ``progress``; what is left is computed by the
+    caller (the in-process engine's threads, or Dask's workers).
+
+    Returns:
+        ``(todo, loaded)``: ``[(index, lo, hi)]`` of the tiles still to compute, in order,
+        and how many pairs were read.
+    """
+    todo, loaded = [], 0
+    for index, lo in enumerate(range(0, num_pairs, tile_size)):
+        hi = min(lo + tile_size, num_pairs)
+        if store is not None and store.load(index, out[lo:hi]):
+            loaded += hi - lo
+            if progress is not None:
+                progress(hi - lo)
+        else:
+            todo.append((index, lo, hi))
+    return todo, loaded
+
+
 def _process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists (on POSIX; elsewhere assumed alive, so nothing is removed)."""
     if os.name != "posix":
