@@ -169,6 +169,61 @@ def check_inner_folds(y: np.ndarray, n_outer: int, n_inner: int) -> None:
         )
 
 
+def check_outer_folds(outer_folds, y: np.ndarray, n_inner: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Outer folds given by the caller (a split file's), as index arrays, refused unless they
+    can be used honestly.
+
+    Args:
+        outer_folds: ``[(train, test), ...]`` index sequences, at least 2 folds.
+        y (np.ndarray): ``[n]`` class labels.
+        n_inner (int): inner folds each training part must allow.
+
+    Returns:
+        ``[(train, test), ...]`` as int64 arrays.
+
+    Raises:
+        ValueError: naming the fold, for indices out of ``0..n-1`` or repeated, a train
+            that meets its test, test folds that do not cover every graph exactly once, or
+            a training part with a class too small for ``n_inner`` stratified inner folds.
+    """
+    if not is_integer(n_inner) or n_inner < 2:
+        raise ValueError(f"n_inner must be an integer >= 2, got {n_inner!r}")
+    n = len(y)
+    folds = []
+    for f, fold in enumerate(outer_folds):
+        try:
+            train, test = fold
+        except (TypeError, ValueError):
+            raise ValueError(f"outer_folds[{f}] must be a (train, test) pair of index arrays") from None
+        parts = []
+        for name, part in (("train", train), ("test", test)):
+            part = _as_array(part)
+            if part.ndim != 1 or len(part) == 0 or part.dtype.kind not in "iu":
+                raise ValueError(f"outer_folds[{f}]'s {name} must be a non-empty 1-D array of integer indices")
+            if part.min() < 0 or part.max() >= n:
+                raise ValueError(f"outer_folds[{f}]'s {name} has index {int(part.max())}, outside 0..{n - 1}")
+            if len(np.unique(part)) != len(part):
+                raise ValueError(f"outer_folds[{f}]'s {name} repeats an index")
+            parts.append(part.astype(np.int64))
+        train, test = parts
+        shared = np.intersect1d(train, test)
+        if len(shared):
+            raise ValueError(f"outer_folds[{f}] trains on graph {int(shared[0])}, which it also tests on")
+        classes, counts = np.unique(y[train], return_counts=True)
+        if len(classes) < len(np.unique(y)) or counts.min() < n_inner:
+            raise ValueError(
+                f"outer_folds[{f}]'s training part needs every class with at least n_inner={n_inner} graphs "
+                "for stratified inner folds"
+            )
+        folds.append((train, test))
+    if len(folds) < 2:
+        raise ValueError(f"outer_folds must hold at least 2 folds, got {len(folds)}")
+    tested = np.concatenate([test for _, test in folds])
+    if len(tested) != n or len(np.unique(tested)) != n:
+        raise ValueError(f"the test folds of outer_folds must cover each of the {n} graphs exactly once")
+    return folds
+
+
 def _as_array(values) -> np.ndarray:
     """A numpy view of an array, list or (any-device) torch tensor, values and dtype unchanged."""
     if isinstance(values, torch.Tensor):
@@ -503,13 +558,14 @@ def nested_protocol(
     y: np.ndarray,
     lams: Sequence[float] = PAPER_LAMS,
     Cs: Sequence[float] = PAPER_CS,
-    seeds: Sequence[int] = tuple(range(10)),
+    seeds: Sequence[int] | None = None,
     n_outer: int = 10,
     n_inner: int = NESTED_INNER_FOLDS,
     svm: str = "svc",
     krein: str = "flip",
     n_jobs: int = -1,
     progress: bool | None = None,
+    outer_folds: Sequence | None = None,
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
 
@@ -518,13 +574,19 @@ def nested_protocol(
             each W as in :func:`paper_protocol`.
         y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
         lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
-        seeds: one repetition per seed, distinct integers (default ``0..9``).
-        n_outer, n_inner (int): folds (default ``10`` and ``5``).
+        seeds: one repetition per seed, distinct integers (default ``0..9``; ``(0,)`` with
+            ``outer_folds``).
+        n_outer, n_inner (int): folds (default ``10`` and ``5``); ``n_outer`` is ignored when
+            ``outer_folds`` is given.
         svm, krein (str): as in :func:`paper_protocol`.
         n_jobs (int): processes for the selection (default ``-1``: every core; results do not
             depend on it).
         progress (bool, optional): as in :func:`paper_protocol` (a step: one outer fold's
             inner cross-validation of one ``(d, k)`` and ``lam``).
+        outer_folds: the outer folds of one repetition, ``[(train, test), ...]`` index arrays
+            (a split file's folds, :mod:`mwsp_torch.splits`, shared with other methods): the
+            test folds must partition ``0..n-1`` and each train must not meet its test. Then
+            ``seeds`` holds one seed, which draws the inner folds.
 
     Returns:
         dict with ``accuracy_mean`` and ``accuracy_std`` (percent; over the
@@ -540,6 +602,8 @@ def nested_protocol(
     """
     y = check_labels(y)
     lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
+    if seeds is None:
+        seeds = (0,) if outer_folds is not None else tuple(range(10))
     seeds = _as_tuple(seeds, "seeds")
     if len(seeds) == 0:
         raise ValueError("seeds is empty: the nested protocol needs at least one repetition")
@@ -558,16 +622,27 @@ def nested_protocol(
         if not (isinstance(key, tuple) and len(key) == 2 and all(is_integer(v) and v >= 0 for v in key)):
             raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
-    check_folds(y, n_outer, "n_outer")
     _check_n_jobs(n_jobs)
-    check_inner_folds(y, n_outer, n_inner)
+    if outer_folds is not None:
+        if len(seeds) != 1:
+            raise ValueError(
+                f"with outer_folds, seeds must hold one seed (it draws the inner folds), got {list(seeds)}: "
+                "the outer folds are fixed, so further repetitions would repeat them"
+            )
+        given = check_outer_folds(outer_folds, y, n_inner)
+        n_outer = len(given)
+    else:
+        check_folds(y, n_outer, "n_outer")
+        check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein)
     jobs, fold_seeds = [], []
     for seed in seeds:
-        outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
         inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
-        for train, test in outer.split(np.zeros(len(y)), y):
+        if outer_folds is None:
+            outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
+            given = list(outer.split(np.zeros(len(y)), y))
+        for train, test in given:
             jobs.append((train, test, inner))
             fold_seeds.append(seed)
     scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")

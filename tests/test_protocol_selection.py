@@ -108,3 +108,38 @@ def test_bad_n_jobs_is_refused(n_jobs):
     w = MWSP().fit(graphs[:20]).distances_
     with pytest.raises(ValueError, match="n_jobs must be an integer >= 1, or -1"):
         paper_protocol(w, y[:20], n_jobs=n_jobs, n_splits=2)
+
+
+def test_given_outer_folds_select_what_the_seeded_folds_select(dataset):
+    _, distances, y = dataset
+    outer = StratifiedKFold(n_splits=5, shuffle=True, random_state=3)
+    folds = list(outer.split(np.zeros(len(y)), y))
+    seeded = nested_protocol(distances, y, LAMS, CS, seeds=(3,), n_outer=5, n_inner=3, n_jobs=1)
+    given = nested_protocol(distances, y, LAMS, CS, seeds=(3,), n_inner=3, n_jobs=1, outer_folds=folds)
+    assert given["selected"] == seeded["selected"]
+    assert given["fold_accuracies"] == seeded["fold_accuracies"]
+    assert given["outer_folds"] == 5
+
+
+def _bad_folds(y):
+    folds = list(StratifiedKFold(n_splits=4, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
+    leak = [(np.concatenate([folds[0][0], folds[0][1][:1]]), folds[0][1])] + folds[1:]
+    gap = [(train, test[1:]) if f == 0 else (train, test) for f, (train, test) in enumerate(folds)]
+    outside = [(np.append(folds[0][0], len(y)), folds[0][1])] + folds[1:]
+    return {"also tests on": leak, "exactly once": gap, "outside": outside, "at least 2 folds": folds[:1]}
+
+
+@pytest.mark.parametrize("problem", ["also tests on", "exactly once", "outside", "at least 2 folds"])
+def test_bad_outer_folds_are_refused(problem):
+    graphs, y = _random_dataset()
+    w = MWSP().fit(graphs).distances_
+    with pytest.raises(ValueError, match=problem):
+        nested_protocol({(2, 0): w}, y, LAMS, CS, n_inner=3, outer_folds=_bad_folds(y)[problem])
+
+
+def test_outer_folds_take_one_seed():
+    graphs, y = _random_dataset()
+    w = MWSP().fit(graphs).distances_
+    folds = list(StratifiedKFold(n_splits=4, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
+    with pytest.raises(ValueError, match="seeds must hold one seed"):
+        nested_protocol({(2, 0): w}, y, LAMS, CS, seeds=(0, 1), n_inner=3, outer_folds=folds)
