@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--svm", choices=("svc", "krein"), default="svc", help="SVC on exp(-lam W) (default) or a Krein SVM"
     )
     ev.add_argument(
+        "--svm-solver",
+        choices=("libsvm", "path"),
+        default="libsvm",
+        help="libsvm (default: scikit-learn's SVC, as earlier results) or path (the whole C grid per split in one "
+        "call; equal to libsvm within its tolerance, many times faster on small graph sets: benchmarks/README.md)",
+    )
+    ev.add_argument(
         "--krein",
         choices=("flip", "clip"),
         default=None,
@@ -207,6 +214,7 @@ def _evaluate(args) -> dict:
                 progress=progress,
                 n_jobs=args.n_jobs,
                 n_splits=args.folds,
+                svm_solver=args.svm_solver,
             )
             for key, w in distances.items()
         }
@@ -238,6 +246,7 @@ def _evaluate(args) -> dict:
             krein=args.krein,
             progress=progress,
             n_jobs=args.n_jobs,
+            svm_solver=args.svm_solver,
         )
     result.update(
         {

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.kernel import KREIN_MODES, krein_projector, laplacian_kernel
+from mwsp_torch.svm import SVM_SOLVERS, accuracy_path, predict_path
 
 #: The paper's grids (Sec. V-A).
 PAPER_LAMS = tuple(float(v) for v in np.logspace(-4, 1, num=6))
@@ -66,12 +67,14 @@ class _Kernels:
     grid: 12 settings x 6 lams of NCI1's 4110 x 4110 would be 9.7 GB.
     """
 
-    def __init__(self, distances: Mapping, svm: str, krein: str) -> None:
+    def __init__(self, distances: Mapping, svm: str, krein: str, solver: str = "libsvm") -> None:
         if svm not in SVMS:
             raise ValueError(f"svm must be one of {SVMS}, got {svm!r}")
         if krein not in KREIN_MODES:
             raise ValueError(f"krein must be one of {KREIN_MODES}, got {krein!r}")
-        self.svm, self.krein = svm, krein
+        if solver not in SVM_SOLVERS:
+            raise ValueError(f"svm_solver must be one of {SVM_SOLVERS}, got {solver!r}")
+        self.svm, self.krein, self.solver = svm, krein, solver
         self.distances = distances
 
     def inner(self, key, lam: float, train: np.ndarray, splits: list):
@@ -354,6 +357,9 @@ def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: 
     training fold ``train``: one step of a fold's selection."""
     scores = np.zeros(len(Cs))
     for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
+        if kernels.solver == "path":
+            scores += accuracy_path(kt, y[train][inner_train], kv, y[train][inner_test], Cs)
+            continue
         for c, C in enumerate(Cs):
             scores[c] += _svc_accuracy(kt, y[train][inner_train], kv, y[train][inner_test], C)
     return scores / len(splits)
@@ -362,6 +368,8 @@ def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: 
 def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
     key, lam, C = choice
     k_train, k_test = kernels.fold(key, lam, train, test)
+    if kernels.solver == "path":
+        return 100.0 * float(np.mean(predict_path(k_train, y[train], k_test, [C])[0] == y[test]))
     return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C)
 
 
@@ -379,7 +387,7 @@ def _shared(kernels: _Kernels, n_jobs: int):
             path = Path(folder) / f"w{i}.npy"
             np.save(path, np.ascontiguousarray(w, dtype=np.float64))
             mapped[key] = np.load(path, mmap_mode="r")
-        yield _Kernels(mapped, kernels.svm, kernels.krein)
+        yield _Kernels(mapped, kernels.svm, kernels.krein, kernels.solver)
 
 
 def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str) -> list:
@@ -481,6 +489,7 @@ def paper_protocol(
     n_jobs: int = -1,
     progress: bool | None = None,
     n_splits: int = 10,
+    svm_solver: str = "libsvm",
 ) -> dict:
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
 
@@ -501,6 +510,10 @@ def paper_protocol(
         n_splits (int): outer folds (default ``10``, the authors'); a dataset whose
             smallest class has fewer graphs (Cuneiform: 8) needs fewer, and
             :func:`max_folds` says how many. Stated in the result.
+        svm_solver (str): ``"libsvm"`` (default: scikit-learn's ``SVC``, the results of
+            earlier runs) or ``"path"`` (:mod:`mwsp_torch.svm`: the same problem, each
+            split's whole ``C`` grid in one call; equal to libsvm's within its stopping
+            tolerance, and many times faster on small graphs sets, ``benchmarks/README.md``).
 
     Returns:
         dict with ``accuracy_mean``, ``accuracy_std`` (percent, std over the
@@ -522,7 +535,7 @@ def paper_protocol(
     distances = _check_distances(distances, len(y), "distances")
     check_folds(y, n_splits, "n_splits")
     _check_n_jobs(n_jobs)
-    kernels = _Kernels({None: distances}, svm, krein)
+    kernels = _Kernels({None: distances}, svm, krein, svm_solver)
     # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
     # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
     # global state is put back afterwards.
@@ -549,6 +562,7 @@ def paper_protocol(
         "grid": {"lam": list(lams), "C": list(Cs)},
         "outer_folds": n_splits,
         "svm": svm if svm == "svc" else f"krein-{krein}",
+        "svm_solver": svm_solver,
         "seed": seed,
     }
 
@@ -566,6 +580,7 @@ def nested_protocol(
     n_jobs: int = -1,
     progress: bool | None = None,
     outer_folds: Sequence | None = None,
+    svm_solver: str = "libsvm",
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
 
@@ -587,6 +602,7 @@ def nested_protocol(
             (a split file's folds, :mod:`mwsp_torch.splits`, shared with other methods): the
             test folds must partition ``0..n-1`` and each train must not meet its test. Then
             ``seeds`` holds one seed, which draws the inner folds.
+        svm_solver (str): as in :func:`paper_protocol`.
 
     Returns:
         dict with ``accuracy_mean`` and ``accuracy_std`` (percent; over the
@@ -635,7 +651,7 @@ def nested_protocol(
         check_folds(y, n_outer, "n_outer")
         check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
-    kernels = _Kernels(distances, svm, krein)
+    kernels = _Kernels(distances, svm, krein, svm_solver)
     jobs, fold_seeds = [], []
     for seed in seeds:
         inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
@@ -672,5 +688,6 @@ def nested_protocol(
         },
         "outer_folds": n_outer,
         "svm": svm if svm == "svc" else f"krein-{krein}",
+        "svm_solver": svm_solver,
         "seeds": list(seeds),
     }
