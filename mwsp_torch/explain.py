@@ -343,7 +343,7 @@ def plot_explanation(
     H,
     path: str | Path,
     titles: tuple[str, str] = ("G", "H"),
-    dpi: int = 150,
+    dpi: int = 100,
 ) -> Path:
     """Draw ``G`` and ``H`` side by side, matched nodes joined, and save a PNG.
 
@@ -357,7 +357,7 @@ def plot_explanation(
         G, H (Data): the two graphs it explains (for their edges).
         path (str or Path): the PNG to write.
         titles (tuple[str, str]): a caption for each graph (default ``("G", "H")``).
-        dpi (int): resolution (default ``150``).
+        dpi (int): resolution (default ``100``).
 
     Returns:
         The path written.
