@@ -96,7 +96,8 @@ class Explanation:
         pairs (list[MatchedPair]): the pairs of rows that carry most of W, largest
             ``flow * cost`` first (pairs at cost 0 are not listed).
         labels_g, labels_h (list[str]): each node's label, decoded.
-        settings (dict): the model's ``d``, ``k``, ``paths`` and ``labels``.
+        settings (dict): the model's settings that the rows depend on (``d``, ``k``, ``paths``,
+            ``labels``: ``feature_settings()`` less the solver's).
     """
 
     distance: float
@@ -317,7 +318,8 @@ def explain(model, G, H, top: int = 5, label_names: Mapping[int, str] | Sequence
         pairs=pairs,
         labels_g=labels[:na],
         labels_h=labels[na : na + nb],
-        settings={"d": model.d, "k": model.k, "paths": model.paths, "labels": model.labels},
+        # What the rows depend on (the plan is of the exact W, whatever the solver).
+        settings={k: v for k, v in model.feature_settings().items() if k not in ("solver", "blur", "scaling")},
     )
 
 
@@ -437,8 +439,9 @@ def plot_explanation(
 
 
 def _layout(graph) -> np.ndarray:
-    """``[n, 2]`` node positions in the unit square: networkx's Kamada-Kawai layout of each
-    connected component (deterministic), components side by side."""
+    """``[n, 2]`` node positions in the unit square, centred: networkx's Kamada-Kawai layout of
+    each connected component (deterministic), largest first, side by side, and isolated nodes
+    in a grid after them."""
     import networkx as nx
 
     n = graph.num_nodes
@@ -449,20 +452,20 @@ def _layout(graph) -> np.ndarray:
     pos = np.zeros((n, 2))
     components = sorted((sorted(c) for c in nx.connected_components(nx_graph)), key=lambda c: (-len(c), c[0]))
     x = 0.0
-    for nodes in components:
-        if len(nodes) == 1:
-            pos[nodes[0]] = (x, 0.0)
-            x += 1.0
-            continue
+    for nodes in (c for c in components if len(c) > 1):
         layout = nx.kamada_kawai_layout(nx_graph.subgraph(nodes))
         points = np.array([layout[v] for v in nodes])
         points -= points.min(axis=0)
-        scale = max(points.max(), 1e-12)
-        points = points / scale * np.sqrt(len(nodes))
+        points = points / max(points.max(), 1e-12) * np.sqrt(len(nodes))
         pos[nodes] = points + np.array([x, 0.0])
         x += points[:, 0].max() + 1.0
+    singles = [c[0] for c in components if len(c) == 1]
+    columns = int(np.ceil(np.sqrt(len(singles))))
+    for t, v in enumerate(singles):
+        pos[v] = (x + t % columns, t // columns)
     pos -= pos.min(axis=0)
-    return pos / max(pos.max(), 1e-12)
+    pos /= max(pos.max(), 1e-12)
+    return pos + (1.0 - pos.max(axis=0)) / 2  # centred in the unit square
 
 
 @dataclass(frozen=True)
