@@ -19,7 +19,7 @@ from mwsp_torch.explain import explain, explain_prediction, plot_explanation, sv
 
 from conftest import make_data
 from random_graphs import random_graphs
-from reference import feature_rows, wasserstein
+from reference import adjacency, feature_rows, shortest_paths, tree, wasserstein
 
 MUTAG_NAMES = {0: "C", 1: "N", 2: "O", 3: "F", 4: "I", 5: "Cl", 6: "Br"}
 
@@ -96,7 +96,6 @@ def test_plan_costs_and_decoded_paths_match_the_naive_reference(seed, d, k, path
     check_optimal_plan(explanation, explanation.distance)
     # Decoded differences against the reference's own path representations, by name.
     (num_g, edges_g, labels_g), (num_h, edges_h, labels_h) = as_reference(G), as_reference(H)
-    from reference import adjacency, shortest_paths, tree
 
     def named_row(num, edges, labels, v):
         adj = adjacency(num, edges)
