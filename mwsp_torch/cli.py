@@ -1,4 +1,4 @@
-"""Command line: ``mwsp evaluate`` and ``mwsp distances``.
+"""Command line: ``mwsp evaluate``, ``mwsp distances`` and ``mwsp explain``.
 
 Examples::
 
@@ -6,6 +6,7 @@ Examples::
     mwsp evaluate --dataset MUTAG --root DIR --d 2 --k 0 --protocol paper --json r.json
     mwsp evaluate --dataset PTC_MR --d 1 2 3 --k 0 1      # nested grid over d x k
     mwsp distances --dataset MUTAG --d 2 --k 0 --out W.npy
+    mwsp explain --dataset MUTAG --root tests/data --graphs 0 1 --d 2 --k 0 --out explanation.png
 
 The data root is ``--root`` or ``$MWSP_DATA_ROOT``. Distance matrices are cached
 under ``--cache-dir`` (default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``),
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.cache import cached_distances
-from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset
+from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset, node_label_names
 from mwsp_torch.evaluation import (
     NESTED_INNER_FOLDS,
     SEED_RANGE,
@@ -164,7 +165,70 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument(
         "--out", required=True, help="output path (.npy format, written to exactly this path; the directory must exist)"
     )
+    ex = sub.add_parser(
+        "explain", help="the optimal node-to-node plan behind W between two graphs of a dataset, as text and a PNG"
+    )
+    ex.add_argument("--dataset", default="MUTAG", help="TU dataset name, or CSL (default MUTAG)")
+    ex.add_argument(
+        "--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT; tests/data holds MUTAG)"
+    )
+    ex.add_argument("--cache-dir", default=None, help="processed data (default $MWSP_CACHE_DIR)")
+    ex.add_argument(
+        "--graphs", type=int, nargs=2, required=True, metavar=("G", "H"), help="the two graphs' indices, from 0"
+    )
+    ex.add_argument("--d", type=int, default=2, help="max path length in edges (default 2)")
+    ex.add_argument("--k", type=int, default=0, help="deepest tree scale (default 0)")
+    ex.add_argument("--paths", choices=("split", "all"), default="split", help="tied shortest paths (default split)")
+    ex.add_argument(
+        "--labels",
+        choices=("auto", "degree", "uniform"),
+        default=None,
+        help="node labels (default: the paper's choice for the dataset, auto where it has node labels)",
+    )
+    ex.add_argument("--top", type=int, default=5, help="pairs of rows to list, largest part of W first (default 5)")
+    ex.add_argument("--out", default=None, help="draw the two graphs and the plan into this PNG")
+    ex.add_argument("--json", default=None, help="also write the explanation here (JSON, the plan included)")
     return parser
+
+
+def _explain(parser: argparse.ArgumentParser, args) -> int:
+    """``mwsp explain``: fit on the two graphs alone (one pair of transport, whatever the
+    dataset's size; W is the same as in the whole dataset's matrix), then print, draw, write."""
+    from mwsp_torch.estimator import MWSP
+    from mwsp_torch.explain import explain, plot_explanation
+
+    _check_output(parser, "--out", args.out)
+    _check_output(parser, "--json", args.json)
+    if args.top < 0:
+        parser.error(f"--top must be >= 0, got {args.top}")
+    try:
+        graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
+        for index in args.graphs:
+            if not 0 <= index < len(graphs):
+                raise ValueError(
+                    f"--graphs {args.graphs[0]} {args.graphs[1]}: {args.dataset} has {len(graphs)} graphs, "
+                    f"numbered 0 to {len(graphs) - 1}; {index} is not one of them"
+                )
+        labels = args.labels or default_labels(args.dataset)
+        names = node_label_names(args.dataset, args.root) if labels == "auto" and args.dataset != "CSL" else None
+        pair = [graphs[i] for i in args.graphs]
+        model = MWSP(d=args.d, k=args.k, paths=args.paths, labels=labels, n_jobs=1).fit(pair)
+        explanation = explain(model, pair[0], pair[1], top=args.top, label_names=names)
+        i, j = args.graphs
+        print(f"{args.dataset} graphs {i} (class {y[i]}) and {j} (class {y[j]})")
+        print(explanation.report())
+        if args.out is not None:
+            titles = tuple(f"{args.dataset} graph {i}\nclass {y[i]}, {graphs[i].num_nodes} nodes" for i in args.graphs)
+            plot_explanation(explanation, pair[0], pair[1], args.out, titles=titles)
+            print(f"figure: {args.out}")
+        if args.json is not None:
+            Path(args.json).write_text(
+                json.dumps({"dataset": args.dataset, "graphs": args.graphs, **explanation.to_dict()})
+            )
+    except (ValueError, OSError, ImportError) as err:  # ImportError: matplotlib or networkx missing
+        print(f"mwsp: error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, dict]:
@@ -383,6 +447,8 @@ def _close(client) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return _explain(parser, args)
     _check_args(parser, args)
     # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
     # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet.

@@ -309,6 +309,36 @@ def default_labels(name: str) -> str:
     return DEFAULT_LABELS.get(name, "auto")
 
 
+def node_label_names(name: str, root: str | os.PathLike | None = None) -> dict[int, str] | None:
+    """The names of a TU dataset's node labels, from the ``Node labels:`` table of its
+    ``README.txt`` (MUTAG: ``{0: "C", 1: "N", 2: "O", ...}``), for explanations to print.
+
+    Args:
+        name (str): dataset name.
+        root (str, optional): data root (default ``$MWSP_DATA_ROOT``).
+
+    Returns:
+        ``{label: name}``, or None where the README is missing or has no such table (a
+        dataset without node labels, or one whose labels have several columns, as
+        Cuneiform's).
+    """
+    readme = resolve_root(root) / name / "raw" / "README.txt"
+    if not readme.is_file():
+        return None
+    names: dict[int, str] = {}
+    in_table = False
+    for line in readme.read_text(errors="replace").splitlines():
+        if not in_table:
+            in_table = line.strip().lower() == "node labels:"
+            continue
+        fields = line.split(None, 1)
+        if len(fields) == 2 and fields[0].isdigit():
+            names[int(fields[0])] = fields[1].strip()
+        elif line.strip() or names:  # a blank line may come before the table, not inside it
+            break
+    return names or None
+
+
 def make_csl(graphs_per_class: int = 15, num_nodes: int = 41, seed: int = 0) -> tuple[list[Data], np.ndarray]:
     """Circular skip-link graphs: 10 classes that WL cannot separate (Murphy et al. 2019).
 

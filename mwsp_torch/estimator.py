@@ -14,6 +14,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -326,6 +327,11 @@ class MWSP(TransformerMixin, BaseEstimator):
             new_rows = features[np.flatnonzero(fresh)[first]]
             width = max(features.shape[1], self.rows_.shape[1])
             bank = sp.vstack([_widen(self.rows_, width), _widen(new_rows, width)], format="csr")
+            if tables is not None:  # node_rows: what names this call's columns, fresh IDs included
+                tables.update(
+                    graph_set=graph_set, tree_ids=trees, row_ids=row_ids, label_scheme=label_scheme,
+                    tree_vocabs=(tree_frozen, tree_vocab), path_vocabs=(path_frozen, path_vocab),
+                )  # fmt: skip
         else:
             if tables is not None:
                 tables.update(
@@ -535,8 +541,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         """Fit, then return the ``[n, n]`` training kernel."""
         return self.fit(graphs, y).kernel()
 
-    def cross_distances(self, graphs) -> np.ndarray:
-        """W between new graphs and the training graphs, ``[n_new, n_train]``."""
+    def _check_fitted(self) -> None:
+        """Fitted, with the parameters the fitted vocabularies belong to (a ValueError if not)."""
         check_is_fitted(self, "distances_")
         self.validate_params()
         fitted = getattr(self, "fitted_settings_", None)
@@ -547,6 +553,10 @@ class MWSP(TransformerMixin, BaseEstimator):
                         f"{name} is {getattr(self, name)!r} but the model was fitted with {value!r}: "
                         f"its vocabularies and distances_ belong to the fitted value; refit, or set it back"
                     )
+
+    def cross_distances(self, graphs) -> np.ndarray:
+        """W between new graphs and the training graphs, ``[n_new, n_train]``."""
+        self._check_fitted()
         new = self._features(graphs, fitted=True)[0]
         train = SupportSet(
             rows=new.rows,
@@ -563,6 +573,65 @@ class MWSP(TransformerMixin, BaseEstimator):
     def transform(self, graphs) -> np.ndarray:
         """Kernel between new graphs and the training graphs, ``[n_new, n_train]``."""
         return self.kernel(self.cross_distances(graphs))
+
+    def node_rows(self, graphs) -> NodeRows:
+        """The graphs node by node as ``transform`` sees them, with what names each column: for
+        explanations (:mod:`mwsp_torch.explain`), which need a node's row, not just its graph's
+        measure. Nothing fitted changes.
+
+        Args:
+            graphs: a list of PyG ``Data`` or a PyG dataset.
+
+        Returns:
+            :class:`NodeRows`.
+        """
+        self._check_fitted()
+        tables = {}
+        support = self._features(graphs, fitted=True, tables=tables)[0]
+        graph_set = tables["graph_set"]
+        return NodeRows(
+            support=support,
+            node_ptr=graph_set.ptr,
+            row_ids=tables["row_ids"],
+            node_labels=graph_set.labels,
+            tree_ids=tables["tree_ids"],
+            label_scheme=tables["label_scheme"],
+            tree_vocabs=tables["tree_vocabs"],
+            path_vocabs=tables["path_vocabs"],
+        )
+
+    def explain(self, G, H, top: int = 5, label_names=None):
+        """The optimal node-to-node plan behind ``W(G, H)``: :func:`mwsp_torch.explain.explain`."""
+        from mwsp_torch.explain import explain
+
+        return explain(self, G, H, top=top, label_names=label_names)
+
+
+@dataclass(frozen=True)
+class NodeRows:
+    """Graphs node by node, as a fitted :class:`MWSP` reads them (:meth:`MWSP.node_rows`).
+
+    Attributes:
+        support (transport.SupportSet): the graphs' measures, on a row bank of the fitted rows
+            and then this call's fresh ones.
+        node_ptr (np.ndarray): ``[num_graphs + 1]`` offsets of each graph's nodes.
+        row_ids (np.ndarray): ``[num_nodes]`` each node's row ``phi(v)`` in ``support.rows``.
+        node_labels (np.ndarray): ``[num_nodes]`` the integer labels read (multi-column label
+            rows as IDs of ``label_scheme.vocab``).
+        tree_ids (np.ndarray): ``[num_nodes, k + 1]`` tree IDs ``t_s(v)``.
+        label_scheme (LabelScheme): how the labels were read (a copy of the fitted one).
+        tree_vocabs, path_vocabs (tuple): ``(fitted, fresh)`` vocabularies; an ID below the
+            fitted one's size is in the fitted table, a larger one in the fresh table.
+    """
+
+    support: SupportSet
+    node_ptr: np.ndarray
+    row_ids: np.ndarray
+    node_labels: np.ndarray
+    tree_ids: np.ndarray
+    label_scheme: LabelScheme
+    tree_vocabs: tuple[Vocabulary, Vocabulary]
+    path_vocabs: tuple[Vocabulary, Vocabulary]
 
 
 def _device_type(device) -> str:

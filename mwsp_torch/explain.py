@@ -1,0 +1,545 @@
+"""Explanations: which nodes a distance matches, what each pair costs, and why (``docs/explanations.md``).
+
+``W(G, H)`` is an optimal transport between the rows ``phi(v)`` of the two graphs' nodes
+(``docs/definition.md``, section 4). Its explanation (section 7) is an optimal plan between
+the *nodes*: POT's network simplex (``ot.emd``) solves the two collapsed measures on the
+ground costs the exact engine uses, in integer masses (``count * other graph's size``, so
+the support-level plan is exact), and each support point's flow is then divided evenly
+among the nodes that share its row (every node has mass ``1/|V|``). The node plan has the
+same cost, so it is again optimal, and it is checked against the compiled engine's W to
+1e-12 relative; the same input gives the same plan on every run.
+
+A node's share of W is the cost of the flow leaving it (for ``H``: arriving at it), so each
+graph's shares sum to W. The pairs of support points that carry most of W are listed with
+the path representations on which their rows differ, decoded from the fitted vocabularies
+into label sequences: ``C-C-O`` at scale 0, each node's tree as ``C(N,O)`` at scale 1 and
+above (exact interning keeps every tree and path recoverable from its ID).
+
+For an SVM on ``K = exp(-lam W)``, :func:`svm_contributions` ranks the training graphs by
+``dual_coef * K(new, sv)``, the terms of its decision function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mwsp_torch._interning import Vocabulary, table_to_arrays
+from mwsp_torch.transport import exact_distances
+from mwsp_torch.transport.costs import cost_matrix
+from mwsp_torch.transport.measures import bank_arrays
+
+#: Relative agreement required between the plan's cost and the compiled engine's W.
+PLAN_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class PathDifference:
+    """One path representation whose weight differs between two nodes' rows.
+
+    Attributes:
+        scale (int): the scale ``s`` of the representation.
+        path (str): the representation decoded, e.g. ``"C-C-O"`` (scale 0) or
+            ``"C(C,O)-O(C)"`` (scale 1).
+        weight_g, weight_h (float): its coordinate in the ``G`` node's row and in the ``H``
+            node's (paths ending there, split over tied shortest paths by ``paths="split"``).
+    """
+
+    scale: int
+    path: str
+    weight_g: float
+    weight_h: float
+
+
+@dataclass(frozen=True)
+class MatchedPair:
+    """Nodes of ``G`` and of ``H`` that share one row each, and the flow between them.
+
+    Attributes:
+        nodes_g, nodes_h (tuple[int, ...]): the nodes (numbered within their graph) whose
+            row is this pair's ``G`` row, and its ``H`` row.
+        label_g, label_h (str): their node labels, decoded.
+        flow (float): the mass sent between the two groups.
+        cost (float): the ground cost ``|phi(v) - phi(u)|_2`` between the two rows.
+        differences (list[PathDifference]): every path representation on which the rows
+            differ, largest difference first; their squared differences sum to ``cost**2``.
+    """
+
+    nodes_g: tuple[int, ...]
+    nodes_h: tuple[int, ...]
+    label_g: str
+    label_h: str
+    flow: float
+    cost: float
+    differences: list[PathDifference]
+
+    @property
+    def contribution(self) -> float:
+        """``flow * cost``, this pair's part of W."""
+        return self.flow * self.cost
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """An optimal node-to-node plan behind ``W(G, H)`` (:func:`explain`).
+
+    Attributes:
+        distance (float): W, as the compiled exact engine computes it.
+        plan (np.ndarray): ``[n_G, n_H]`` an optimal plan between the nodes; rows sum to
+            ``1/n_G``, columns to ``1/n_H``, and ``(plan * costs).sum()`` is W to 1e-12.
+        costs (np.ndarray): ``[n_G, n_H]`` ground costs between the nodes' rows.
+        node_share_g (np.ndarray): ``[n_G]`` the cost of the flow leaving each node of ``G``.
+        node_share_h (np.ndarray): ``[n_H]`` the cost of the flow arriving at each node of ``H``.
+        pairs (list[MatchedPair]): the pairs of rows that carry most of W, largest
+            ``flow * cost`` first (pairs at cost 0 are not listed).
+        labels_g, labels_h (list[str]): each node's label, decoded.
+        settings (dict): the model's settings that the rows depend on (``d``, ``k``, ``paths``,
+            ``labels``: ``feature_settings()`` less the solver's).
+    """
+
+    distance: float
+    plan: np.ndarray
+    costs: np.ndarray
+    node_share_g: np.ndarray
+    node_share_h: np.ndarray
+    pairs: list[MatchedPair]
+    labels_g: list[str]
+    labels_h: list[str]
+    settings: dict
+
+    def report(self, differences: int = 4) -> str:
+        """A few lines of text: W, the nodes with the largest shares, and the top pairs with
+        up to ``differences`` differing path representations each."""
+        lines = [f"W = {self.distance:.6g} ({', '.join(f'{k}={v}' for k, v in self.settings.items())})"]
+        for side, shares, labels in (("G", self.node_share_g, self.labels_g), ("H", self.node_share_h, self.labels_h)):
+            order = np.argsort(-shares, kind="stable")[:5]
+            top = ", ".join(f"{v} ({labels[v]}) {shares[v]:.4g}" for v in order if shares[v] > 0)
+            lines.append(f"largest shares in {side}: {top or 'none (W = 0)'}")
+        for rank, pair in enumerate(self.pairs, 1):
+            lines.append(
+                f"{rank}. G nodes {list(pair.nodes_g)} ({pair.label_g}) -> H nodes {list(pair.nodes_h)} "
+                f"({pair.label_h}): flow {pair.flow:.4g} x cost {pair.cost:.4g} = {pair.contribution:.4g} "
+                f"({100 * pair.contribution / self.distance:.1f} % of W)"
+            )
+            for diff in pair.differences[:differences]:
+                lines.append(f"     scale {diff.scale} {diff.path}: {diff.weight_g:.4g} in G, {diff.weight_h:.4g} in H")
+            if len(pair.differences) > differences:
+                lines.append(f"     ... {len(pair.differences) - differences} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The explanation as plain JSON-ready values (the plan and costs as nested lists)."""
+        return {
+            "distance": self.distance,
+            "settings": dict(self.settings),
+            "plan": self.plan.tolist(),
+            "costs": self.costs.tolist(),
+            "node_share_g": self.node_share_g.tolist(),
+            "node_share_h": self.node_share_h.tolist(),
+            "labels_g": list(self.labels_g),
+            "labels_h": list(self.labels_h),
+            "pairs": [
+                {
+                    "nodes_g": list(p.nodes_g),
+                    "nodes_h": list(p.nodes_h),
+                    "label_g": p.label_g,
+                    "label_h": p.label_h,
+                    "flow": p.flow,
+                    "cost": p.cost,
+                    "differences": [vars(diff) for diff in p.differences],
+                }
+                for p in self.pairs
+            ],
+        }
+
+
+class _Decoder:
+    """Tree IDs and path columns back into readable strings, from the interning tables.
+
+    Every ID is a chain of pairs ``(prefix ID, element)`` (:mod:`mwsp_torch._interning`): a
+    tree is ``(-1, label)`` then one pair per child tree, sorted; a path at scale ``s`` is
+    ``(-1 - s, t_s(w0))`` then one pair per further node.
+    """
+
+    def __init__(self, rows, label_names) -> None:
+        self.trees = _inverse(*rows.tree_vocabs)
+        self.paths = _inverse(*rows.path_vocabs)
+        self.label_rows = _inverse(None, rows.label_scheme.vocab)
+        self.multi_column = rows.label_scheme.width is not None and rows.label_scheme.width > 1
+        self.label_names = label_names
+        self.tree_cache: dict[int, str] = {}
+
+    def label(self, value: int) -> str:
+        value = int(value)
+        if self.multi_column:  # an ID of the label row's chain
+            return "(" + ",".join(map(str, _chain(self.label_rows, value)[1])) + ")"
+        names = self.label_names
+        if names is not None and (value in names if isinstance(names, Mapping) else 0 <= value < len(names)):
+            return str(names[value])
+        return str(value)
+
+    def tree(self, tree_id: int) -> str:
+        text = self.tree_cache.get(tree_id)
+        if text is None:
+            label, *children = _chain(self.trees, tree_id)[1]
+            text = self.label(label)
+            if children:
+                text += "(" + ",".join(sorted(self.tree(c) for c in children)) + ")"
+            self.tree_cache[tree_id] = text
+        return text
+
+    def path(self, column: int) -> tuple[int, str]:
+        """``(scale, representation)`` of a column of the node rows."""
+        if column >= len(self.paths[0]):
+            return -1, f"column {column}"  # not a path representation
+        head, trees = _chain(self.paths, column)
+        return -1 - head, "-".join(self.tree(t) for t in trees)
+
+
+def _inverse(fitted: Vocabulary | None, fresh: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
+    """``(prefix, element)`` arrays indexed by ID, from a fitted table and the fresh one after it."""
+    size = fresh.size
+    prefix = np.full(size, -1, dtype=np.int64)
+    element = np.zeros(size, dtype=np.int64)
+    for vocab in (fitted, fresh):
+        if vocab is not None:
+            keys, ids = table_to_arrays(vocab.table)
+            prefix[ids], element[ids] = keys[:, 0], keys[:, 1]
+    return prefix, element
+
+
+def _chain(table: tuple[np.ndarray, np.ndarray], key: int) -> tuple[int, list[int]]:
+    """``(head, elements)`` of ``key``'s chain: the negative prefix it starts from, and its
+    elements in order."""
+    prefix, element = table
+    elements = [int(element[key])]
+    while prefix[key] >= 0:
+        key = prefix[key]
+        elements.append(int(element[key]))
+    return int(prefix[key]), elements[::-1]
+
+
+def _graph_name(message: str) -> str:
+    """A ``to_graph_set`` message about the pair ``[G, H]``, naming ``G`` or ``H``."""
+    for index, name in ((0, "G"), (1, "H")):
+        if message.startswith(f"graph {index}:"):
+            return f"{name}{message.removeprefix(f'graph {index}')}"
+    return message
+
+
+def explain(model, G, H, top: int = 5, label_names: Mapping[int, str] | Sequence[str] | None = None) -> Explanation:
+    """The optimal node-to-node plan behind ``W(G, H)``, each node's share of W, and the pairs
+    of rows that carry most of it with the path representations they differ on.
+
+    ``G`` and ``H`` are read as the fitted ``model`` reads new graphs (its vocabularies; any
+    graphs, training graphs or not). The plan is of the exact W, whatever ``model.solver``.
+    It is dense, ``[n_G, n_H]``.
+
+    Args:
+        model (MWSP): a fitted estimator.
+        G, H (Data): the two graphs.
+        top (int): how many pairs of rows to list (default ``5``).
+        label_names (mapping or sequence, optional): a name for each integer node label, as
+            :func:`mwsp_torch.datasets.node_label_names` reads them from a TU dataset's
+            README (``{0: "C", 1: "N", ...}``; default: the integers).
+
+    Returns:
+        :class:`Explanation`.
+
+    Raises:
+        ValueError: for a model that is not a fitted ``MWSP``, a ``top`` below 0, or a
+            graph the model cannot read (naming ``G`` or ``H``).
+    """
+    import ot
+
+    if not hasattr(model, "node_rows") or not hasattr(model, "distances_"):
+        raise ValueError(f"explain needs a fitted MWSP (call fit first), got {type(model).__name__}")
+    if not isinstance(top, (int, np.integer)) or isinstance(top, bool) or top < 0:
+        raise ValueError(f"top must be an integer >= 0, got {top!r}")
+    try:
+        rows = model.node_rows([G, H])
+    except ValueError as err:
+        raise ValueError(_graph_name(str(err))) from None
+    support = rows.support
+    lo, mid, hi = (int(i) for i in support.graph_ptr)
+    sa, ca = support.support[lo:mid], support.counts[lo:mid]
+    sb, cb = support.support[mid:hi], support.counts[mid:hi]
+    na, nb = (int(n) for n in support.sizes)
+    costs = cost_matrix(*bank_arrays(support.rows), sa, sb)
+    # Integer masses, both summing to na * nb: the simplex's plan is then exact in float64.
+    flow, log = ot.emd(
+        (ca * nb).astype(np.float64), (cb * na).astype(np.float64), costs, numItermax=10_000_000, log=True
+    )
+    if log["warning"] is not None:
+        raise RuntimeError(f"POT's network simplex did not finish: {log['warning']}")
+    flow = flow / (na * nb)
+    distance = float(exact_distances(support, support, np.array([[0, 1]]), n_jobs=1)[0])
+    plan_cost = float((flow * costs).sum())
+    if abs(plan_cost - distance) > PLAN_TOLERANCE * max(distance, plan_cost):
+        raise RuntimeError(f"the plan costs {plan_cost!r}, the exact engine's W is {distance!r}")
+
+    # Each node's support point, then its even part of that point's flow.
+    point_g = np.searchsorted(sa, rows.row_ids[:na])
+    point_h = np.searchsorted(sb, rows.row_ids[na : na + nb])
+    node_costs = costs[np.ix_(point_g, point_h)]
+    plan = flow[np.ix_(point_g, point_h)] / np.outer(ca[point_g], cb[point_h])
+    paid = plan * node_costs
+
+    decoder = _Decoder(rows, label_names)
+    labels = [decoder.label(value) for value in rows.node_labels]
+    order = sorted(
+        ((flow[i, j] * costs[i, j], i, j) for i, j in zip(*np.nonzero(flow), strict=True) if costs[i, j] > 0),
+        key=lambda t: (-t[0], t[1], t[2]),
+    )
+    pairs = []
+    for _, i, j in order[:top]:
+        nodes_g = tuple(int(v) for v in np.flatnonzero(point_g == i))
+        nodes_h = tuple(int(u) for u in np.flatnonzero(point_h == j))
+        pairs.append(
+            MatchedPair(
+                nodes_g=nodes_g,
+                nodes_h=nodes_h,
+                label_g=labels[nodes_g[0]],
+                label_h=labels[na + nodes_h[0]],
+                flow=float(flow[i, j]),
+                cost=float(costs[i, j]),
+                differences=_differences(support.rows, sa[i], sb[j], decoder),
+            )
+        )
+    return Explanation(
+        distance=distance,
+        plan=plan,
+        costs=node_costs,
+        node_share_g=paid.sum(axis=1),
+        node_share_h=paid.sum(axis=0),
+        pairs=pairs,
+        labels_g=labels[:na],
+        labels_h=labels[na : na + nb],
+        # What the rows depend on (the plan is of the exact W, whatever the solver).
+        settings={k: v for k, v in model.feature_settings().items() if k not in ("solver", "blur", "scaling")},
+    )
+
+
+def _differences(bank, row_g: int, row_h: int, decoder: _Decoder) -> list[PathDifference]:
+    """The columns on which two rows of the bank differ, decoded, largest difference first."""
+    a, b = bank[row_g], bank[row_h]
+    weights: dict[int, list[float]] = {}
+    for side, row in enumerate((a, b)):
+        for column, value in zip(row.indices, row.data, strict=True):
+            weights.setdefault(int(column), [0.0, 0.0])[side] = float(value)
+    out = []
+    for column, (wg, wh) in weights.items():
+        if wg != wh:
+            scale, path = decoder.path(column)
+            out.append(PathDifference(scale=scale, path=path, weight_g=wg, weight_h=wh))
+    out.sort(key=lambda p: (-abs(p.weight_g - p.weight_h), p.scale, p.path))
+    return out
+
+
+def plot_explanation(
+    explanation: Explanation,
+    G,
+    H,
+    path: str | Path,
+    titles: tuple[str, str] = ("G", "H"),
+    dpi: int = 100,
+) -> Path:
+    """Draw ``G`` and ``H`` side by side, matched nodes joined, and save a PNG.
+
+    Lines join nodes with flow between them: width by flow, colour by ground cost (flows at
+    cost 0, between equal rows, thin and grey). A node's fill is its share of W, its text its
+    label. Layouts are networkx's Kamada-Kawai (deterministic), so the same explanation gives
+    the same picture.
+
+    Args:
+        explanation (Explanation): from :func:`explain`.
+        G, H (Data): the two graphs it explains (for their edges).
+        path (str or Path): the PNG to write.
+        titles (tuple[str, str]): a caption for each graph (default ``("G", "H")``).
+        dpi (int): resolution (default ``100``).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: when ``G`` or ``H`` has another node count than the explanation's.
+    """
+    try:
+        import matplotlib
+        import matplotlib.cm as cm
+        import matplotlib.colors as mcolors
+        import networkx  # noqa: F401  (for _layout)
+        from matplotlib.collections import LineCollection
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            f"plot_explanation needs matplotlib and networkx: pip install 'mwsp_torch[explain]' ({err})"
+        ) from err
+
+    n_g, n_h = explanation.plan.shape
+    positions = []
+    for name, graph, n in (("G", G, n_g), ("H", H, n_h)):
+        if graph.num_nodes != n:
+            raise ValueError(f"{name} has {graph.num_nodes} nodes, the explanation's {name} has {n}")
+        positions.append(_layout(graph))
+    positions[1] = positions[1] + np.array([1.45, 0.0])
+    pos_g, pos_h = positions
+
+    fig = Figure(figsize=(11, 5.2))
+    ax = fig.add_axes((0.01, 0.02, 0.86, 0.86))
+    ax.set_axis_off()
+    ax.set_aspect("equal")
+    # Matching lines first (beneath the graphs): zero-cost grey, the rest by cost.
+    v, u = np.nonzero(explanation.plan > 0)
+    flows = explanation.plan[v, u]
+    cost = explanation.costs[v, u]
+    widths = 0.4 + 4.0 * flows / flows.max() if len(flows) else flows
+    segments = np.stack([pos_g[v], pos_h[u]], axis=1)
+    free = cost == 0
+    ax.add_collection(LineCollection(segments[free], linewidths=widths[free] * 0.5, colors="0.75", alpha=0.5, zorder=1))
+    cost_norm = mcolors.Normalize(vmin=0.0, vmax=max(float(cost.max()) if len(cost) else 1.0, 1e-12))
+    # plasma without its last, palest yellows, which a white page would swallow
+    cost_map = mcolors.ListedColormap(matplotlib.colormaps["plasma"](np.linspace(0.0, 0.85, 256)))
+    paid = ~free
+    ax.add_collection(
+        LineCollection(
+            segments[paid], linewidths=widths[paid], colors=cost_map(cost_norm(cost[paid])), alpha=0.8, zorder=2
+        )
+    )
+    # The graphs' own edges, then the nodes, filled by share of W.
+    share_max = max(float(explanation.node_share_g.max()), float(explanation.node_share_h.max()), 1e-300)
+    share_map = mcolors.LinearSegmentedColormap.from_list("share", ["#ffffff", "#d62728"])
+    for graph, pos, shares, labels in (
+        (G, pos_g, explanation.node_share_g, explanation.labels_g),
+        (H, pos_h, explanation.node_share_h, explanation.labels_h),
+    ):
+        edges = graph.edge_index.numpy().T if graph.edge_index is not None else np.empty((0, 2), dtype=np.int64)
+        ax.add_collection(LineCollection(pos[edges], colors="black", linewidths=1.6, zorder=3))
+        ax.scatter(
+            pos[:, 0], pos[:, 1], s=260, c=share_map(shares / share_max), edgecolors="black", linewidths=1.0, zorder=4
+        )
+        for (x, y), text in zip(pos, labels, strict=True):
+            ax.text(x, y, text, ha="center", va="center", fontsize=7, zorder=5)
+    for pos, title in ((pos_g, titles[0]), (pos_h, titles[1])):
+        ax.text(pos[:, 0].mean(), 1.12, title, ha="center", va="bottom", fontsize=11)
+    ax.set_xlim(-0.1, 2.55)
+    ax.set_ylim(-0.1, 1.2)
+    fig.suptitle(
+        f"W = {explanation.distance:.4f}   (" + ", ".join(f"{k}={v}" for k, v in explanation.settings.items()) + ")"
+    )
+    scalar = cm.ScalarMappable(norm=cost_norm, cmap=cost_map)
+    fig.colorbar(scalar, cax=fig.add_axes((0.89, 0.15, 0.015, 0.6)), label="ground cost of a matched pair")
+    fig.text(0.89, 0.08, "node fill: share of W\nline width: flow", fontsize=8, va="top")
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def _layout(graph) -> np.ndarray:
+    """``[n, 2]`` node positions in the unit square, centred: networkx's Kamada-Kawai layout of
+    each connected component (deterministic), largest first, side by side, and isolated nodes
+    in a grid after them."""
+    import networkx as nx
+
+    n = graph.num_nodes
+    nx_graph = nx.Graph()
+    nx_graph.add_nodes_from(range(n))
+    if graph.edge_index is not None:
+        nx_graph.add_edges_from((int(a), int(b)) for a, b in graph.edge_index.numpy().T if a != b)
+    pos = np.zeros((n, 2))
+    components = sorted((sorted(c) for c in nx.connected_components(nx_graph)), key=lambda c: (-len(c), c[0]))
+    x = 0.0
+    for nodes in (c for c in components if len(c) > 1):
+        layout = nx.kamada_kawai_layout(nx_graph.subgraph(nodes))
+        points = np.array([layout[v] for v in nodes])
+        points -= points.min(axis=0)
+        points = points / max(points.max(), 1e-12) * np.sqrt(len(nodes))
+        pos[nodes] = points + np.array([x, 0.0])
+        x += points[:, 0].max() + 1.0
+    singles = [c[0] for c in components if len(c) == 1]
+    columns = int(np.ceil(np.sqrt(len(singles))))
+    for t, v in enumerate(singles):
+        pos[v] = (x + t % columns, t // columns)
+    pos -= pos.min(axis=0)
+    pos /= max(pos.max(), 1e-12)
+    return pos + (1.0 - pos.max(axis=0)) / 2  # centred in the unit square
+
+
+@dataclass(frozen=True)
+class SupportContributions:
+    """The terms of a binary SVM's decision on one new graph (:func:`svm_contributions`).
+
+    Attributes:
+        indices (np.ndarray): the support vectors' training graphs, largest ``|contribution|`` first.
+        contributions (np.ndarray): ``dual_coef * K(new, sv)`` of each, same order; with
+            ``intercept`` they sum to ``decision``.
+        dual_coef (np.ndarray): the SVM's dual coefficients (``y_i alpha_i``), same order.
+        kernel (np.ndarray): ``K(new, sv)``, same order.
+        classes (np.ndarray): the class each support vector pulls towards (``classes_[1]``
+            where its dual coefficient is positive).
+        intercept (float): the SVM's intercept.
+        decision (float): the decision function's value; ``classes_[1]`` when positive.
+    """
+
+    indices: np.ndarray
+    contributions: np.ndarray
+    dual_coef: np.ndarray
+    kernel: np.ndarray
+    classes: np.ndarray
+    intercept: float
+    decision: float
+
+
+def svm_contributions(svc, kernel_row) -> SupportContributions:
+    """The training graphs that weighed most in a binary ``SVC(kernel="precomputed")``'s
+    decision on one graph: each support vector's ``dual_coef * K(new, sv)``.
+
+    Args:
+        svc: a fitted binary ``sklearn.svm.SVC(kernel="precomputed")``.
+        kernel_row (array): ``[n_train]`` (or ``[1, n_train]``) the kernel between the new
+            graph and the training graphs the SVM was fitted on, e.g.
+            ``model.transform([graph])``.
+
+    Returns:
+        :class:`SupportContributions`.
+
+    Raises:
+        ValueError: for an SVM that is not fitted, not on a precomputed kernel, or not
+            binary, or a kernel row of another length than its training set.
+    """
+    if not hasattr(svc, "dual_coef_") or not hasattr(svc, "support_"):
+        raise ValueError(f"svm_contributions needs a fitted SVC, got {type(svc).__name__} without dual_coef_")
+    if getattr(svc, "kernel", None) != "precomputed":
+        raise ValueError(f"svm_contributions needs an SVC on a precomputed kernel, got kernel={svc.kernel!r}")
+    if len(svc.classes_) != 2:
+        raise ValueError(f"svm_contributions reads a binary SVC, this one has {len(svc.classes_)} classes")
+    row = np.asarray(kernel_row, dtype=np.float64)
+    if row.ndim == 2 and row.shape[0] == 1:
+        row = row[0]
+    n_train = svc.shape_fit_[1]
+    if row.ndim != 1 or row.shape[0] != n_train:
+        raise ValueError(
+            f"kernel_row must hold one value per training graph ({n_train}), got shape {list(np.shape(kernel_row))}"
+        )
+    dual = np.asarray(svc.dual_coef_, dtype=np.float64)[0]
+    kernel = row[svc.support_]
+    contributions = dual * kernel
+    order = np.lexsort((svc.support_, -np.abs(contributions)))
+    intercept = float(svc.intercept_[0])
+    return SupportContributions(
+        indices=np.asarray(svc.support_)[order],
+        contributions=contributions[order],
+        dual_coef=dual[order],
+        kernel=kernel[order],
+        classes=np.where(dual[order] > 0, svc.classes_[1], svc.classes_[0]),
+        intercept=intercept,
+        decision=float(contributions.sum() + intercept),
+    )
+
+
+def explain_prediction(model, svc, graph) -> SupportContributions:
+    """:func:`svm_contributions` for one new graph, its kernel row from ``model.transform``."""
+    return svm_contributions(svc, model.transform([graph])[0])
