@@ -2,13 +2,15 @@
 
 Data flows one way: ``graphs -> labels -> trees -> paths -> transport -> kernel -> evaluation``;
 :class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform,
-:class:`MWSPNystroem` Nystroem features from landmark graphs, and :mod:`mwsp_torch.distributed`
-runs the exact engine on a Dask cluster.
+:class:`MWSPNystroem` Nystroem features from landmark graphs, :func:`explain` the node-level
+plan behind one distance, and :mod:`mwsp_torch.distributed` runs the exact engine on a Dask
+cluster.
 """
 
 from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl
 from mwsp_torch.estimator import MWSP
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
+from mwsp_torch.explain import explain, plot_explanation
 from mwsp_torch.kernel import krein_projector, laplacian_kernel
 from mwsp_torch.nystroem import MWSPNystroem
 from mwsp_torch.trees import TreeIDs
@@ -17,6 +19,7 @@ __all__ = [
     "MWSP",
     "MWSPNystroem",
     "TreeIDs",
+    "explain",
     "krein_projector",
     "laplacian_kernel",
     "load_dataset",
@@ -24,5 +27,6 @@ __all__ = [
     "make_csl",
     "nested_protocol",
     "paper_protocol",
+    "plot_explanation",
 ]
 __version__ = "0.1.0"
