@@ -1,24 +1,21 @@
 """C-SVM on a precomputed kernel, solved for a whole grid of ``C`` at once.
 
 Why our own solver: the protocols fit one SVM per (setting, ``lam``, ``C``, inner split,
-fold), 56,700 of them for NCI1 over d 1..3 x k 0..2 with 3 repetitions, and scikit-learn's
-libsvm spends most of each fit on per-fit set-up (it looks every kernel entry up through
-its column cache: about 65 ms for a 2,959-graph fold at the smallest ``C``, whatever the
-iterations). Here the kernel is one dense array in memory, so the solver reads its rows
-directly, and it walks ``C`` upwards from the previous solution (feasible for a larger
-``C``, its gradient still exact), so a grid of ``C`` costs little more than its largest.
-No library offers that on the CPU: scikit-learn has no warm start for ``SVC``, ThunderSVM
-and cuML are GPU solvers (and ThunderSVM's last release is from 2020).
+fold), 56,700 of them for NCI1 over d 1..3 x k 0..2 with 3 repetitions, and on small graph
+sets scikit-learn's ``SVC`` spends most of each fit on per-fit set-up (validation, libsvm's
+problem and column cache). Here the kernel is one dense array in memory, and a split's
+``C`` grid is one call, walked upwards: a solution with every alpha at a bound, rescaled to
+the next ``C``, is kept when it is still optimal (no iteration). scikit-learn's ``SVC`` has no
+warm start; ThunderSVM and cuML are GPU solvers that do not run on this CPU.
 
 What: the same problem and the same algorithm as libsvm's ``C``-SVC (Fan, Chen and Lin
-2005: SMO with second-order working-set selection, stopping when the maximal violation
-falls under ``tol``, libsvm's ``eps`` (default ``1e-3``), the bias as libsvm computes it),
-one-against-one for more than two classes with libsvm's voting (ties to the first
-class). Without libsvm's shrinking and with another path to the optimum, the solutions
-agree with libsvm's to the stopping tolerance, not bit for bit: a prediction can differ
-where the decision value is within that tolerance of 0 (``tests/test_svm.py`` measures
-it). ``svm_solver="libsvm"`` in the protocols keeps scikit-learn's ``SVC`` for results
-identical to earlier ones; the figures of both are in ``benchmarks/README.md``.
+2005: SMO with second-order working-set selection and shrinking, stopping when the maximal
+violation falls under ``tol``, libsvm's ``eps`` (default ``1e-3``), the bias as libsvm
+computes it, the first class as ``+1``), one-against-one for more than two classes with
+libsvm's voting (ties to the first class). From :data:`LIBSVM_FROM` training graphs on, the
+cold starts call libsvm itself, which was faster there. The solutions agree with libsvm's to
+its stopping tolerance, not bit for bit: a prediction can differ where a decision value is
+that close to 0 (``tests/test_svm.py``). Agreement and speed, measured: ``docs/protocols.md``.
 """
 
 from __future__ import annotations
@@ -27,11 +24,17 @@ from collections.abc import Sequence
 
 import numpy as np
 from numba import njit
+from sklearn.svm import SVC
 
 #: libsvm's floor for a non-positive curvature in the two-variable subproblem.
 _TAU = 1e-12
 #: The solvers the protocols take: ``"path"`` (this module) or ``"libsvm"`` (scikit-learn's SVC).
 SVM_SOLVERS = ("path", "libsvm")
+#: Training sets from this size on solve a cold start with libsvm (scikit-learn's SVC) and
+#: only the rescaled warm starts here: on NCI1's 2,959-graph splits, ill-conditioned kernels
+#: (small lam, large C) took libsvm 4-5x fewer cycles an iteration than this module's SMO,
+#: whose passes gather through the active set; on MUTAG's 135 it is the other way round.
+LIBSVM_FROM = 1500
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -242,6 +245,14 @@ def _smo(K, diagonal, y, C, alpha, G, tol, max_iter):  # pragma: no cover - comp
     return rho, iterations
 
 
+def _violation(y: np.ndarray, C: float, alpha: np.ndarray, gradient: np.ndarray) -> float:
+    """The maximal KKT violation of ``alpha`` (libsvm's stopping quantity)."""
+    v = -y * gradient
+    up = np.where(y > 0, alpha < C, alpha > 0)
+    low = np.where(y > 0, alpha > 0, alpha < C)
+    return float(v[up].max(initial=-np.inf) - v[low].min(initial=np.inf))
+
+
 def _check_cs(Cs) -> np.ndarray:
     cs = np.asarray(Cs, dtype=np.float64).reshape(-1)
     if len(cs) == 0 or not np.all(np.isfinite(cs)) or np.any(cs <= 0):
@@ -276,20 +287,34 @@ def decision_path(
     values = np.empty((len(cs), len(k_test)))
     previous = None
     for c in np.argsort(cs, kind="stable"):
+        C = float(cs[c])
         if previous is not None and not np.any((alpha > 0) & (alpha < previous)):
-            # Every alpha at a bound: scaled by C / previous they stay feasible and, with the
-            # gradient rescaled to match, usually optimal (no iteration at the small Cs).
-            ratio = cs[c] / previous
+            # Every alpha at a bound: scaled by C / previous they stay feasible, with the
+            # gradient rescaled to match, and are often still optimal (NCI1's small Cs).
+            ratio = C / previous
             alpha *= ratio
             gradient *= ratio
             gradient += ratio - 1.0
-        else:
-            # A free alpha: its solution is a poor start (on NCI1 it took up to 6x the
-            # iterations of a cold start at the largest C), so start from 0.
+            if _violation(y, C, alpha, gradient) < tol:
+                rho, _ = _smo(k_train, diagonal, y, C, alpha, gradient, float(tol), 0)
+                values[c] = k_test @ (alpha * y) - rho
+                previous = C
+                continue
+        # Otherwise a cold start: a solution with free alphas, or a rescaled one that is no
+        # longer optimal, was a poor start (up to 6x the iterations on NCI1's largest C).
+        previous = C
+        if n >= LIBSVM_FROM:
+            # libsvm takes its first (sorted) class as +1: -y puts ours first, as in the
+            # protocols' SVC (the path, and ill-conditioned solutions, depend on it).
+            model = SVC(kernel="precomputed", C=C, tol=tol).fit(k_train, -y)
+            values[c] = -model.decision_function(k_test)
             alpha[:] = 0.0
-            gradient[:] = -1.0
-        previous = cs[c]
-        rho, _ = _smo(k_train, diagonal, y, previous, alpha, gradient, float(tol), max_iter)
+            alpha[model.support_] = np.abs(model.dual_coef_[0])
+            gradient[:] = y * (k_train @ (alpha * y)) - 1.0
+            continue
+        alpha[:] = 0.0
+        gradient[:] = -1.0
+        rho, _ = _smo(k_train, diagonal, y, C, alpha, gradient, float(tol), max_iter)
         values[c] = k_test @ (alpha * y) - rho
     return values
 

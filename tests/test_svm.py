@@ -113,3 +113,19 @@ def test_an_unknown_solver_is_refused(graphs_and_distances):
     y, distances = graphs_and_distances
     with pytest.raises(ValueError, match="svm_solver must be one of"):
         nested_protocol(distances, y, seeds=(0,), n_outer=5, n_inner=3, svm_solver="thunder")
+
+
+def test_large_sets_take_libsvm_for_cold_starts(monkeypatch):
+    from mwsp_torch import svm
+
+    k, y = _problem(11)
+    monkeypatch.setattr(svm, "LIBSVM_FROM", 50)  # 120 training graphs: every cold start in libsvm
+    path = predict_path(k, y, k, CS)
+    for c, C in enumerate(CS):
+        np.testing.assert_array_equal(path[c], SVC(kernel="precomputed", C=C).fit(k, y).predict(k))
+    monkeypatch.setattr(svm, "LIBSVM_FROM", 10**9)
+    signs = np.where(y == 0, 1.0, -1.0)
+    ours = decision_path(k, signs, k, CS)
+    monkeypatch.setattr(svm, "LIBSVM_FROM", 50)
+    theirs = decision_path(k, signs, k, CS)
+    assert np.abs(ours - theirs).max() <= 2e-3 * max(1.0, np.abs(theirs).max())
