@@ -563,9 +563,7 @@ def nested_protocol(
             and all(is_integer(v) and v >= 0 for v in key[:2])
             and (len(key) == 2 or is_positive_number(key[2]))
         ):
-            raise ValueError(
-                f"distances keys must be (d, k) pairs of integers >= 0 (or (d, k, beta) with beta > 0), got {key!r}"
-            )
+            raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
     if len({len(key) for key in distances}) > 1:
         raise ValueError("distances keys must all be (d, k) or all (d, k, beta), not both")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}

@@ -272,17 +272,23 @@ def test_cache_keys_keep_settings_apart(fixture_root, tmp_path):
     served back as computed; the label-only key is the one it was before the extensions."""
     from mwsp_torch.cache import cached_distances
 
-    graphs, _ = load_tudataset("Cuneiform", root=fixture_root, cache_dir=tmp_path)
+    graphs, _ = load_tudataset("MUTAG", root=fixture_root, cache_dir=tmp_path)
     graphs = graphs[:12]
-    plain, _ = cached_distances(graphs, "C12", d=1, k=0, cache_dir=tmp_path)
-    edges, _ = cached_distances(graphs, "C12", d=1, k=0, edge_labels=True, cache_dir=tmp_path)
-    attrs, _ = cached_distances(graphs, "C12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
-    attrs2, _ = cached_distances(graphs, "C12", d=1, k=0, attributes="node", beta=2.0, cache_dir=tmp_path)
+    for data, attribute in zip(graphs, np.random.default_rng(0).normal(size=(12, 30, 2)), strict=True):
+        data.node_attr = torch.from_numpy(attribute[: data.num_nodes])
+    plain, _ = cached_distances(graphs, "M12", d=1, k=0, cache_dir=tmp_path)
+    edges, _ = cached_distances(graphs, "M12", d=1, k=0, edge_labels=True, cache_dir=tmp_path)
+    attrs, _ = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
+    attrs2, _ = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=2.0, cache_dir=tmp_path)
     assert len({plain.tobytes(), edges.tobytes(), attrs.tobytes(), attrs2.tobytes()}) == 4
-    again, timings = cached_distances(graphs, "C12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
+    other = [data.clone() for data in graphs]
+    other[0].node_attr = other[0].node_attr + 1.0  # other attributes: another key, not the cached W
+    _, timings = cached_distances(other, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
+    assert not timings["cached"]
+    again, timings = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
     assert timings["cached"] and np.array_equal(again, attrs)
     files = sorted(p.name for p in (tmp_path / "distances").iterdir())
-    assert len(files) == 4 and sum("-edges-" in f for f in files) == 1 and sum("-node" in f for f in files) == 2
+    assert len(files) == 5 and sum("-edges-" in f for f in files) == 1 and sum("-node" in f for f in files) == 3
     np.testing.assert_array_equal(attrs, MWSP(d=1, k=0, attributes="node", beta=0.5).fit(graphs).distances_)
 
 
@@ -299,3 +305,18 @@ def test_cli_extensions(fixture_root, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["distances", *base, "--beta", "0.5", "--out", str(out)])  # --beta without --attributes
     assert "--beta is read only with --attributes" in capsys.readouterr().err
+
+
+def test_nested_protocol_selects_beta_inside_the_folds():
+    graphs = _dataset() * 5
+    y = np.array([0, 1, 0, 1] * 5)
+    ws = {(1, 0, beta): MWSP(d=1, attributes="node", beta=beta).fit(graphs).distances_ for beta in (0.5, 2.0)}
+    from mwsp_torch import nested_protocol
+
+    result = nested_protocol(ws, y, seeds=(0,), n_outer=2, n_inner=2, lams=(1.0,), Cs=(1.0,), n_jobs=1)
+    assert result["grid"]["beta"] == [0.5, 2.0]
+    assert {s["beta"] for s in result["selected"]} <= {0.5, 2.0}
+    with pytest.raises(ValueError, match="all be \\(d, k\\) or all \\(d, k, beta\\)"):
+        nested_protocol({(1, 0): ws[(1, 0, 0.5)], **ws}, y, seeds=(0,), n_outer=2, n_inner=2)
+    with pytest.raises(ValueError, match="keys must be \\(d, k\\) pairs"):
+        nested_protocol({(1, 0, 0.0): ws[(1, 0, 0.5)]}, y, seeds=(0,), n_outer=2, n_inner=2)
