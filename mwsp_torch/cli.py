@@ -384,7 +384,7 @@ def _summary(result: dict) -> str:
     lines = [
         f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {std:.2f} % "
         f"({result['protocol']} protocol, std over {over}, majority class {result['majority_rate']:.2f} %, "
-        f"d in {grid['d']}, k in {grid['k']})"
+        f"d in {grid['d']}, k in {grid['k']}" + (f", beta in {grid['beta']})" if "beta" in grid else ")")
     ]
     accuracies = result.get("fold_accuracies")
     if accuracies and over.endswith("repetitions' means"):
