@@ -20,9 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from mwsp_torch.attributes import read_attributes
 from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.estimator import MWSP
-from mwsp_torch.labels import to_graph_set
+from mwsp_torch.graphs import as_graph_list
+from mwsp_torch.labels import LabelScheme, to_graph_set
 
 #: Part of every key: raised whenever this library's W for a setting changes (a fix to the
 #: definition, a new default), so matrices of older versions are never served.
@@ -47,6 +49,9 @@ def cached_distances(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = False,
     client=None,
+    edge_labels: bool = False,
+    attributes: str | None = None,
+    beta: float = 1.0,
 ) -> tuple[np.ndarray, dict]:
     """W for one setting, read from the cache when this exact setting was computed before.
 
@@ -54,7 +59,9 @@ def cached_distances(
         graphs: the dataset's graphs (their number and content, as :func:`graphs_fingerprint`
             reads it, are part of the key).
         dataset (str): name, part of the key and the file name.
-        d, k, paths, labels, solver, blur, scaling: as in :class:`mwsp_torch.MWSP`.
+        d, k, paths, labels, solver, blur, scaling, edge_labels, attributes, beta: as in
+            :class:`mwsp_torch.MWSP` (the extensions enter the key only when on, so label-only
+            matrices keep their keys).
         n_jobs, device, exact_engine, sinkhorn_backend, checkpoint, progress, client: how to compute
             it (not part of the key: the exact engines agree to 1e-9, and so do the Sinkhorn
             backends, all in float64).
@@ -84,6 +91,9 @@ def cached_distances(
         checkpoint=checkpoint,
         progress=progress,
         client=client,
+        edge_labels=edge_labels,
+        attributes=attributes,
+        beta=beta,
     )
     model.validate_params()  # a cache hit must not let bad parameters pass unseen
     if not isinstance(dataset, str) or not dataset or Path(dataset).name != dataset or dataset in (".", ".."):
@@ -95,12 +105,15 @@ def cached_distances(
             "n": len(graphs),
             "format": CACHE_FORMAT,
             **model.feature_settings(),
-            "graphs": graphs_fingerprint(graphs, labels=labels),
+            "graphs": graphs_fingerprint(
+                graphs, labels=labels, edge_labels=edge_labels, attributes=attributes is not None
+            ),
         },
         sort_keys=True,
     )
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{d}-k{k}-{digest}.npz"
+    extensions = ("-edges" if edge_labels else "") + (f"-{attributes}{float(beta):g}" if attributes else "")
+    path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{d}-k{k}{extensions}-{digest}.npz"
     if path.is_file():
         try:
             stored = np.load(path)
@@ -135,7 +148,7 @@ def _check_stored(distances: np.ndarray, n: int) -> None:
         raise ValueError("holds a matrix that is not symmetric with a zero diagonal")
 
 
-def graphs_fingerprint(graphs, labels: str = "auto") -> str:
+def graphs_fingerprint(graphs, labels: str = "auto", edge_labels: bool = False, attributes: bool = False) -> str:
     """SHA-1 of the graphs as W reads them: the arrays of :func:`mwsp_torch.labels.to_graph_set`.
 
     W is computed from those arrays alone (node offsets, the symmetric loop-free CSR
@@ -148,6 +161,10 @@ def graphs_fingerprint(graphs, labels: str = "auto") -> str:
     Args:
         graphs: a list of PyG ``Data`` or a PyG dataset.
         labels (str): the label policy, as in :class:`mwsp_torch.MWSP` (default ``"auto"``).
+        edge_labels (bool): also the edge labels, as ``MWSP(edge_labels=True)`` reads them
+            (default ``False``: the fingerprint is the label-only one).
+        attributes (bool): also the node attributes, as ``MWSP(attributes=...)`` reads them
+            (default ``False``).
 
     Returns:
         40 hex digits.
@@ -155,10 +172,16 @@ def graphs_fingerprint(graphs, labels: str = "auto") -> str:
     Raises:
         ValueError: naming the graph's index, for a graph that ``MWSP`` would refuse.
     """
-    graph_set = to_graph_set(graphs, labels=labels)
+    if attributes:
+        graphs = as_graph_list(graphs)
+    graph_set = to_graph_set(graphs, labels=labels, edge_scheme=LabelScheme() if edge_labels else None)
     digest = hashlib.sha1()
-    for name in ("ptr", "indptr", "indices", "labels"):
+    for name in ("ptr", "indptr", "indices", "labels") + (("edge_labels",) if edge_labels else ()):
         array = np.ascontiguousarray(getattr(graph_set, name), dtype=np.int64)
         digest.update(f"{name}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    if attributes:
+        array = np.ascontiguousarray(read_attributes(graphs, graph_set.sizes, labels=labels))
+        digest.update(f"attributes:{array.shape}".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()

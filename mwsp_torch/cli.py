@@ -112,6 +112,25 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         default=None,
         help="run the compiled exact engine's tiles on a local Dask cluster of this many worker processes",
     )
+    parser.add_argument(
+        "--edge-labels",
+        action="store_true",
+        help="read edge labels (NAME_edge_labels.txt, or edge_attr) into the trees and paths (default off)",
+    )
+    parser.add_argument(
+        "--attributes",
+        choices=("node", "multiscale"),
+        default=None,
+        help="append standardised continuous node attributes (NAME_node_attributes.txt) to each node's row: "
+        "node (its own) or multiscale (its own, then their means at distance 1..d) (default off)",
+    )
+    parser.add_argument(
+        "--beta",
+        type=float,
+        nargs=nargs,
+        default=None,
+        help=f"weight of the attributes in a row, > 0{several} (default 1; read only with --attributes)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -231,7 +250,7 @@ def _explain(parser: argparse.ArgumentParser, args) -> int:
     return 0
 
 
-def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, dict]:
+def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> tuple[np.ndarray, dict]:
     return cached_distances(
         graphs,
         args.dataset,
@@ -250,6 +269,9 @@ def _distances(args, graphs, d: int, k: int, labels: str) -> tuple[np.ndarray, d
         cache_dir=args.cache_dir,
         progress=not args.quiet,
         client=args.client,
+        edge_labels=args.edge_labels,
+        attributes=args.attributes,
+        beta=beta,
     )
 
 
@@ -261,10 +283,17 @@ def _evaluate(args) -> dict:
     if args.protocol == "nested":
         check_inner_folds(y, args.folds, NESTED_INNER_FOLDS)
     labels = args.labels or default_labels(args.dataset)
-    settings = [(d, k) for d in args.d for k in args.k]
     distances, timings = {}, {}
-    for d, k in settings:
-        distances[(d, k)], timings[f"d={d},k={k}"] = _distances(args, graphs, d, k, labels)
+    if args.attributes is None:  # keys (d, k), as without the extensions
+        settings = [(d, k) for d in args.d for k in args.k]
+        for d, k in settings:
+            distances[(d, k)], timings[f"d={d},k={k}"] = _distances(args, graphs, d, k, labels)
+    else:  # keys (d, k, beta): beta is part of the grid
+        settings = [(d, k, beta) for d in args.d for k in args.k for beta in args.beta]
+        for d, k, beta in settings:
+            distances[(d, k, beta)], timings[f"d={d},k={k},beta={beta:g}"] = _distances(
+                args, graphs, d, k, labels, beta
+            )
     start = time.perf_counter()
     progress = not args.quiet
     if args.protocol == "paper":
@@ -284,17 +313,20 @@ def _evaluate(args) -> dict:
         }
         best = max(settings, key=lambda key: runs[key]["accuracy_mean"])  # the paper's (optimistic) choice
         result = dict(runs[best])
-        result["d"], result["k"] = best
+        result["d"], result["k"] = best[:2]
+        names = ("d", "k", "beta")
         result["per_setting"] = [
             {
-                "d": d,
-                "k": k,
-                "accuracy_mean": runs[(d, k)]["accuracy_mean"],
-                "accuracy_std": runs[(d, k)]["accuracy_std"],
+                **dict(zip(names, key, strict=False)),
+                "accuracy_mean": runs[key]["accuracy_mean"],
+                "accuracy_std": runs[key]["accuracy_std"],
             }
-            for d, k in settings
+            for key in settings
         ]
-        result["grid"] = {"d": list(args.d), "k": list(args.k), **result["grid"]}
+        if len(best) == 3:
+            result["beta"] = best[2]
+        beta_grid = {} if args.attributes is None else {"beta": list(args.beta)}
+        result["grid"] = {"d": list(args.d), "k": list(args.k), **beta_grid, **result["grid"]}
         result["selection"] = (
             "(d, k) picked by test accuracy, as the paper did" if len(settings) > 1 else "fixed (d, k)"
         )
@@ -319,6 +351,8 @@ def _evaluate(args) -> dict:
             "paths": args.paths,
             "solver": args.solver,
             "labels": labels,
+            "edge_labels": args.edge_labels,
+            "attributes": args.attributes,
             "timings_seconds": {"distances": timings, "evaluation": time.perf_counter() - start},
         }
     )
@@ -363,6 +397,16 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         elif getattr(args, owner) != choice:
             flag, owner_flag, chosen = "--" + name.replace("_", "-"), "--" + owner, getattr(args, owner)
             parser.error(f"{flag} is read only with {owner_flag} {choice}, not with {owner_flag} {chosen}")
+    if args.beta is None:
+        args.beta = [1.0] if args.command == "evaluate" else 1.0
+    elif args.attributes is None:
+        parser.error("--beta is read only with --attributes")
+    betas = args.beta if isinstance(args.beta, list) else [args.beta]
+    for beta in betas:
+        if not (np.isfinite(beta) and beta > 0):
+            parser.error(f"--beta must be > 0 and finite, got {beta}")
+    if len(set(betas)) != len(betas):
+        parser.error(f"--beta lists a value more than once: {' '.join(map(str, betas))}")
     _check_output(parser, "--json", getattr(args, "json", None))
     _check_output(parser, "--out", getattr(args, "out", None))
     if args.n_jobs < 1 and args.n_jobs != -1:
@@ -413,7 +457,7 @@ def _summary(result: dict) -> str:
     lines = [
         f"{result['dataset']}: {result['accuracy_mean']:.2f} +- {std:.2f} % "
         f"({result['protocol']} protocol, std over {over}, majority class {result['majority_rate']:.2f} %, "
-        f"d in {grid['d']}, k in {grid['k']})"
+        f"d in {grid['d']}, k in {grid['k']}" + (f", beta in {grid['beta']})" if "beta" in grid else ")")
     ]
     accuracies = result.get("fold_accuracies")
     if accuracies and over.endswith("repetitions' means"):
@@ -463,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "distances":
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
             labels = args.labels or default_labels(args.dataset)
-            w, timings = _distances(args, graphs, args.d, args.k, labels)
+            w, timings = _distances(args, graphs, args.d, args.k, labels, args.beta)
             with open(args.out, "wb") as out:  # np.save on a path would append .npy to it
                 np.save(out, w)
             print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))

@@ -10,7 +10,10 @@ reusing a stale ``processed/`` after raw files change.
 
 Node labels are read from the raw ``NAME_node_labels.txt`` (all its columns;
 Cuneiform has two) and attached as ``data.node_label``, so multi-column labels
-are not lost in PyG's concatenated one-hot ``x``.
+are not lost in PyG's concatenated one-hot ``x``. Likewise ``NAME_edge_labels.txt`` becomes
+``data.edge_label`` (one per column of ``edge_index``) and ``NAME_node_attributes.txt``
+``data.node_attr`` (float64, ``[num_nodes, width]``), which ``MWSP(edge_labels=True)`` and
+``MWSP(attributes=...)`` read.
 
 The graph indicator, graph labels and node labels are checked before PyG reads
 them (integers, one row per node or per graph, graphs in order): PyG's own
@@ -40,7 +43,7 @@ DATA_ROOT_ENV = "MWSP_DATA_ROOT"
 CACHE_DIR_ENV = "MWSP_CACHE_DIR"
 
 #: The paper's label policy for datasets without node labels (after Xu et al. 2019).
-DEFAULT_LABELS = {"IMDB-BINARY": "degree", "REDDIT-BINARY": "uniform"}
+DEFAULT_LABELS = {"IMDB-BINARY": "degree", "REDDIT-BINARY": "uniform", "SYNTHETICnew": "degree", "Synthie": "degree"}
 
 #: The TU datasets of the paper.
 TU_DATASETS = (
@@ -227,8 +230,9 @@ def load_tudataset(
             ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``).
 
     Returns:
-        ``(graphs, y)``: a list of ``Data`` (with ``node_label`` where the
-        dataset has node labels) and the ``[n]`` int64 class labels 0..C-1.
+        ``(graphs, y)``: a list of ``Data`` (with ``node_label``, ``edge_label`` and
+        ``node_attr`` where the dataset has node labels, edge labels and node attributes)
+        and the ``[n]`` int64 class labels 0..C-1.
 
     Raises:
         FileNotFoundError: naming the raw files that were expected.
@@ -282,14 +286,70 @@ def load_tudataset(
             staging.rename(target)
         dataset = TUDataset(str(cache_root), name)
     graphs = [dataset[i] for i in range(len(dataset))]
+    sizes = np.array([g.num_nodes for g in graphs])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
     if labels is not None:  # as many rows as nodes: checked above
-        sizes = np.array([g.num_nodes for g in graphs])
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
         for g, data in enumerate(graphs):
             block = labels[offsets[g] : offsets[g + 1]]
             data.node_label = torch.from_numpy(block[:, 0].copy() if block.shape[1] == 1 else block.copy())
+    attributes = _read_node_attributes(raw, name, int(offsets[-1]))
+    if attributes is not None:
+        for g, data in enumerate(graphs):
+            data.node_attr = torch.from_numpy(attributes[offsets[g] : offsets[g + 1]].copy())
+    _attach_edge_labels(raw, name, graphs, offsets)
     y = dataset.y.numpy().astype(np.int64)
     return graphs, y
+
+
+def _read_node_attributes(raw: Path, name: str, num_nodes: int) -> np.ndarray | None:
+    """``NAME_node_attributes.txt`` as ``[num_nodes, width]`` float64, or None without the file.
+
+    Raises:
+        ValueError: naming the file, for values that are not numbers or a row count other
+            than the number of nodes.
+    """
+    path = raw / f"{name}_node_attributes.txt"
+    if not path.is_file():
+        return None
+    try:
+        values = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2, comments=None)
+    except ValueError as err:
+        raise ValueError(f"{path}: expected comma-separated numbers ({err})") from None
+    if values.shape[0] != num_nodes:
+        raise ValueError(f"{path}: {values.shape[0]} rows for {num_nodes} nodes")
+    return values
+
+
+def _attach_edge_labels(raw: Path, name: str, graphs: list, offsets: np.ndarray) -> None:
+    """``data.edge_label`` from ``NAME_edge_labels.txt``, one row per column of each graph's
+    ``edge_index``. PyG sorts and coalesces the edges of ``NAME_A.txt`` (so its rows no longer
+    line up with the file), and its ``edge_attr`` puts edge attributes before the one-hot
+    labels (DHFR_MD): each edge's label is looked up by its two end nodes instead. An edge
+    the file lists twice with different labels is left to the reader of the labels, which
+    names the graph (:func:`mwsp_torch.labels.edge_label_reader`).
+
+    Raises:
+        ValueError: naming the file, for a row count other than ``NAME_A.txt``'s.
+    """
+    path = raw / f"{name}_edge_labels.txt"
+    if not path.is_file():
+        return
+    labels = _read_int_rows(path)
+    pairs = _read_int_rows(raw / f"{name}_A.txt")
+    if labels.shape[0] != pairs.shape[0] or pairs.shape[1] != 2:
+        raise ValueError(f"{path}: {labels.shape[0]} rows for the {pairs.shape[0]} edges of {name}_A.txt")
+    num_nodes = int(offsets[-1]) + 1
+    keys = (pairs[:, 0] - 1) * num_nodes + (pairs[:, 1] - 1)
+    order = np.argsort(keys, kind="stable")
+    keys, labels = keys[order], labels[order]
+    for g, data in enumerate(graphs):
+        edge_index = data.edge_index.numpy() + offsets[g]
+        wanted = edge_index[0] * num_nodes + edge_index[1]
+        at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+        rows = labels[at] if len(keys) else np.empty((0, labels.shape[1]), dtype=np.int64)
+        if len(wanted) and not np.array_equal(keys[at], wanted):
+            raise ValueError(f"{path}: graph {g} has an edge that {name}_A.txt does not list")
+        data.edge_label = torch.from_numpy(rows[:, 0].copy() if rows.shape[1] == 1 else rows.copy())
 
 
 def _root_above(folder: Path, name: str) -> Path | None:

@@ -24,6 +24,14 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer, is_positive_number, is_real
 from mwsp_torch._interning import Vocabulary
+from mwsp_torch.attributes import (
+    ATTRIBUTE_MODES,
+    multiscale_attributes,
+    read_attributes,
+    standardisation,
+    with_attributes,
+)
+from mwsp_torch.graphs import as_graph_list
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 from mwsp_torch.paths import PATH_MODES, node_feature_maps
@@ -110,10 +118,25 @@ class MWSP(TransformerMixin, BaseEstimator):
             to run the compiled exact engine's tiles as tasks on its workers, one thread each
             (:mod:`mwsp_torch.distributed`): the same W bit for bit, from many machines, with
             ``checkpoint`` sharing the in-process tiles (default ``None``: this process).
+        edge_labels (bool): read edge labels (``edge_label``, else ``edge_attr``: one
+            categorical label per edge, one per distinct row of several columns) into the trees
+            and paths (``docs/definition.md``, section 7) (default ``False``).
+        attributes (str, optional): continuous node attributes (``node_attr``, else an ``x``
+            that does not hold the labels) appended to each node's row as ``beta * a(v)``:
+            ``"node"`` (its own, standardised on the ``fit`` graphs) or ``"multiscale"`` (its own,
+            then the mean over the nodes at distance ``1..d``) (default ``None``: not read).
+        beta (float): weight of the attributes in a row, ``> 0`` (default ``1.0``; read only
+            with ``attributes``).
 
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
-        features_ (scipy.sparse.csr_matrix): node feature maps of the training graphs.
+        features_ (scipy.sparse.csr_matrix): each training node's row, the point its graph's
+            measure puts mass on: ``phi(v)``, or with ``attributes`` ``beta * a(v)`` in columns
+            ``0 .. attribute_width_ - 1`` followed by ``phi(v)`` (nodes in graph order; the ground
+            cost between two rows is their Euclidean distance). :meth:`node_rows` gives the
+            same rows for any graphs.
+        attribute_mean_, attribute_scale_ (np.ndarray or None): the standardisation of the
+            attributes fitted on the training graphs (None without ``attributes``).
         label_scheme_ (LabelScheme): how the training graphs' labels were read (one-hot
             ``x`` or not, label width); ``transform`` reads new graphs the same way.
         tree_vocab_, path_vocab_ (Vocabulary), row_vocab_ (transport.RowVocabulary):
@@ -137,7 +160,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             the exact solver or ``sinkhorn_check=0``.
 
     Parameters that decide the features or the meaning of W (``d``, ``k``, ``paths``,
-    ``labels``, ``solver``, and ``blur`` and ``scaling`` with Sinkhorn) are those of the
+    ``labels``, ``solver``, ``edge_labels``, ``attributes``, ``beta``, and ``blur`` and
+    ``scaling`` with Sinkhorn) are those of the
     last ``fit``: changing one with ``set_params`` needs a refit before ``transform``
     (an error says so). The others (``lam``, ``n_jobs``, ``device``, ``exact_engine``,
     ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``, ``client``) may change freely.
@@ -164,6 +188,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         checkpoint: str | None = None,
         progress: bool = False,
         client=None,
+        edge_labels: bool = False,
+        attributes: str | None = None,
+        beta: float = 1.0,
     ) -> None:
         self.d = d
         self.k = k
@@ -181,6 +208,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.checkpoint = checkpoint
         self.progress = progress
         self.client = client
+        self.edge_labels = edge_labels
+        self.attributes = attributes
+        self.beta = beta
 
     def __sklearn_clone__(self) -> MWSP:
         """A clone that shares ``client`` (a connection, which cannot be deep-copied) and copies
@@ -228,6 +258,12 @@ class MWSP(TransformerMixin, BaseEstimator):
                 raise ValueError(
                     f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
                 )
+        if not isinstance(self.edge_labels, (bool, np.bool_)):
+            raise ValueError(f"edge_labels must be True or False, got {self.edge_labels!r}")
+        if self.attributes is not None and self.attributes not in ATTRIBUTE_MODES:
+            raise ValueError(f"attributes must be None or one of {ATTRIBUTE_MODES}, got {self.attributes!r}")
+        if not is_positive_number(self.beta):
+            raise ValueError(f"beta must be > 0 and finite, got {self.beta!r}")
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
         if self.sinkhorn_backend not in SINKHORN_BACKENDS:
@@ -305,20 +341,39 @@ class MWSP(TransformerMixin, BaseEstimator):
         for ``fit`` to keep once all of it has succeeded), after it they are frozen."""
         if fitted:
             label_scheme = copy.deepcopy(self.label_scheme_)
+            edge_scheme = copy.deepcopy(getattr(self, "edge_label_scheme_", None))
             tree_frozen, path_frozen = self.tree_vocab_, self.path_vocab_
             tree_vocab = Vocabulary(offset=tree_frozen.size)
             path_vocab = Vocabulary(offset=path_frozen.size)
             row_vocab = RowVocabulary(frozen=self.row_vocab_)
         else:
             label_scheme, tree_vocab, path_vocab, row_vocab = LabelScheme(), Vocabulary(), Vocabulary(), RowVocabulary()
+            edge_scheme = LabelScheme() if self.edge_labels else None
             tree_frozen = path_frozen = None
-        graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme)
+        if self.attributes is not None:
+            graphs = as_graph_list(graphs)  # read twice: labels and structure, then attributes
+        graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme, edge_scheme=edge_scheme)
         with tqdm(total=graph_set.num_graphs, desc="trees", unit="graph", disable=not self.progress) as bar:
             trees = tree_ids(graph_set, self.k, tree_vocab, frozen=tree_frozen, progress=bar.update)
         with tqdm(total=graph_set.num_graphs, desc="paths", unit="graph", disable=not self.progress) as bar:
             features = node_feature_maps(
                 graph_set, trees, self.d, self.paths, path_vocab, frozen=path_frozen, progress=bar.update
             )
+        mean = scale = None
+        if self.attributes is not None:
+            values = read_attributes(graphs, graph_set.sizes, labels=self.labels)
+            if fitted:
+                mean, scale = self.attribute_mean_, self.attribute_scale_
+                if values.shape[1] != len(mean):
+                    raise ValueError(
+                        f"the graphs have {values.shape[1]} attribute columns, the fitted graphs had {len(mean)}"
+                    )
+            else:
+                mean, scale = standardisation(values)
+            values = (values - mean) / scale
+            if self.attributes == "multiscale":
+                values = multiscale_attributes(graph_set, values, self.d)
+            features = with_attributes(features, values, float(self.beta))
         row_ids = row_vocab.intern(features)
         if fitted:
             # Bank = fitted rows, then this call's fresh rows (IDs continue the fitted ones).
@@ -335,7 +390,13 @@ class MWSP(TransformerMixin, BaseEstimator):
         else:
             if tables is not None:
                 tables.update(
-                    label_scheme_=label_scheme, tree_vocab_=tree_vocab, path_vocab_=path_vocab, row_vocab_=row_vocab
+                    label_scheme_=label_scheme,
+                    edge_label_scheme_=edge_scheme,
+                    tree_vocab_=tree_vocab,
+                    path_vocab_=path_vocab,
+                    row_vocab_=row_vocab,
+                    attribute_mean_=mean,
+                    attribute_scale_=scale,
                 )
             _, first = np.unique(row_ids, return_index=True)
             bank = features[first]
@@ -439,7 +500,8 @@ class MWSP(TransformerMixin, BaseEstimator):
 
     def feature_settings(self) -> dict:
         """The parameters that ``distances_`` and the fitted vocabularies depend on: ``d``,
-        ``k``, ``paths``, ``labels``, ``solver``, and with Sinkhorn ``blur`` and ``scaling``.
+        ``k``, ``paths``, ``labels``, ``solver``, with Sinkhorn ``blur`` and ``scaling``, and the
+        extensions when they are on (``edge_labels``; ``attributes`` and ``beta``).
         What a cache of W keys on, and what ``transform`` refuses to see changed after ``fit``.
 
         Returns:
@@ -448,6 +510,11 @@ class MWSP(TransformerMixin, BaseEstimator):
         settings = {"d": self.d, "k": self.k, "paths": self.paths, "labels": self.labels, "solver": self.solver}
         if self.solver == "sinkhorn":
             settings.update(blur=self.blur, scaling=self.scaling)
+        # Extensions join the settings only when on, so the keys of label-only W stay as they were.
+        if self.edge_labels:
+            settings.update(edge_labels=True)
+        if self.attributes is not None:
+            settings.update(attributes=self.attributes, beta=float(self.beta))
         return settings
 
     def _sinkhorn_error(self, support: SupportSet, pairs: np.ndarray, values: np.ndarray) -> dict | None:
@@ -545,14 +612,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         """Fitted, with the parameters the fitted vocabularies belong to (a ValueError if not)."""
         check_is_fitted(self, "distances_")
         self.validate_params()
-        fitted = getattr(self, "fitted_settings_", None)
-        if fitted is not None:
-            for name, value in fitted.items():  # solver before blur and scaling
-                if getattr(self, name) != value:
-                    raise ValueError(
-                        f"{name} is {getattr(self, name)!r} but the model was fitted with {value!r}: "
-                        f"its vocabularies and distances_ belong to the fitted value; refit, or set it back"
-                    )
+        self._check_fitted_settings()
 
     def cross_distances(self, graphs) -> np.ndarray:
         """W between new graphs and the training graphs, ``[n_new, n_train]``."""
@@ -569,6 +629,47 @@ class MWSP(TransformerMixin, BaseEstimator):
         i, j = np.meshgrid(np.arange(n_new), np.arange(n_train), indexing="ij")
         pairs = np.stack([i.ravel(), j.ravel()], axis=1)
         return self._distances(new, train, pairs).reshape(n_new, n_train)
+
+    def _check_fitted_settings(self) -> None:
+        """A ValueError if a parameter W depends on changed since ``fit``."""
+        fitted = getattr(self, "fitted_settings_", None)
+        if fitted is None:
+            return
+        # An extension's setting is absent when it is off (feature_settings): compare as off.
+        fitted = {"edge_labels": False, "attributes": None, "beta": self.beta, **fitted}
+        for name, value in fitted.items():  # solver before blur and scaling
+            if getattr(self, name) != value:
+                raise ValueError(
+                    f"{name} is {getattr(self, name)!r} but the model was fitted with {value!r}: "
+                    f"its vocabularies and distances_ belong to the fitted value; refit, or set it back"
+                )
+
+    def node_features(self, graphs=None) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Each node's row, the point of its graph's measure, as the distances see it
+        (:meth:`node_rows` adds what decodes the columns, for explanations).
+
+        Without ``graphs``, the training graphs' (``features_``); with them, new graphs' rows
+        in the fitted columns (as ``transform`` reads them; nothing fitted changes). The ground
+        cost between two rows is their Euclidean distance
+        (``transport.costs.cost_matrix`` on one bank), so W between two graphs is the exact
+        optimal transport between their nodes' rows with mass ``1 / |V|`` each.
+
+        Returns:
+            ``(rows, ptr)``: ``[num_nodes, num_columns]`` CSR float64 (``beta * a(v)`` first with
+            ``attributes``, then ``phi(v)``), and ``[num_graphs + 1]`` node offsets.
+        """
+        check_is_fitted(self, "distances_")
+        if graphs is None:
+            rows = self.features_
+            sizes = self.support_.sizes
+        else:
+            self.validate_params()
+            self._check_fitted_settings()
+            support, rows = self._features(graphs, fitted=True)
+            sizes = support.sizes
+        ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        return rows, ptr
 
     def transform(self, graphs) -> np.ndarray:
         """Kernel between new graphs and the training graphs, ``[n_new, n_train]``."""

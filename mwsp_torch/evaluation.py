@@ -586,7 +586,8 @@ def nested_protocol(
 
     Args:
         distances: ``{(d, k): W}`` for every setting of the grid; ``d``, ``k`` integers ``>= 0``,
-            each W as in :func:`paper_protocol`.
+            each W as in :func:`paper_protocol`; or ``{(d, k, beta): W}`` where the grid also
+            spans the attributes' weight ``beta`` (``MWSP(attributes=..., beta=...)``).
         y (np.ndarray): ``[n]`` class labels (a numpy array, list or torch tensor), at least 2 classes.
         lams, Cs: grids of finite numbers ``> 0`` (default: the paper's); any iterable, read once.
         seeds: one repetition per seed, distinct integers (default ``0..9``; ``(0,)`` with
@@ -635,8 +636,16 @@ def nested_protocol(
     if len(distances) == 0:
         raise ValueError("distances is empty: give W for at least one (d, k)")
     for key in distances:
-        if not (isinstance(key, tuple) and len(key) == 2 and all(is_integer(v) and v >= 0 for v in key)):
+        # (d, k), or (d, k, beta) where the grid includes the attributes' weight beta
+        if not (
+            isinstance(key, tuple)
+            and len(key) in (2, 3)
+            and all(is_integer(v) and v >= 0 for v in key[:2])
+            and (len(key) == 2 or is_positive_number(key[2]))
+        ):
             raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
+    if len({len(key) for key in distances}) > 1:
+        raise ValueError("distances keys must all be (d, k) or all (d, k, beta), not both")
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
     _check_n_jobs(n_jobs)
     if outer_folds is not None:
@@ -664,7 +673,7 @@ def nested_protocol(
     scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")
     folds = [acc for acc, _ in scored]
     selected = [
-        {"seed": seed, "d": key[0], "k": key[1], "lam": lam, "C": C}
+        {"seed": seed, "d": key[0], "k": key[1], **({"beta": key[2]} if len(key) == 3 else {}), "lam": lam, "C": C}
         for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
     ]
     repetitions = [float(np.mean(folds[r * n_outer : (r + 1) * n_outer])) for r in range(len(seeds))]
@@ -682,6 +691,7 @@ def nested_protocol(
         "grid": {
             "d": sorted({key[0] for key in keys}),
             "k": sorted({key[1] for key in keys}),
+            **({"beta": sorted({key[2] for key in keys})} if len(keys[0]) == 3 else {}),
             "settings": [list(key) for key in keys],
             "lam": list(lams),
             "C": list(Cs),

@@ -3,12 +3,13 @@
 Every graph is validated and its structure turned into plain arrays (:class:`GraphSet`): an
 undirected simple adjacency in CSR form over global node indices, self-loops and repeated
 edges dropped. Edges come from ``data.edge_index`` (dense, or a sparse adjacency), else from
-a sparse ``data.adj_t`` (what ``ToSparseTensor`` leaves); edge weights and attributes are
-not read: MWSP's paths run over plain edges. Nothing is coerced silently: bad input raises
-a ``ValueError`` that names the graph's index. Node labels are read by
-:mod:`mwsp_torch.labels`, which calls :func:`read_graphs`; the feature kernels take the
-graphs in runs of whole graphs (:func:`graph_chunks`), so that a long extraction reports
-progress.
+a sparse ``data.adj_t`` (what ``ToSparseTensor`` leaves); edge weights are not read: MWSP's
+paths run over plain edges. Edge labels (``MWSP(edge_labels=True)``) are read by
+:mod:`mwsp_torch.labels` and carried here onto both directions of each edge. Nothing is
+coerced silently: bad input raises a ``ValueError`` that names the graph's index. Node labels
+are read by :mod:`mwsp_torch.labels`, which calls :func:`read_graphs`; the feature kernels
+take the graphs in runs of whole graphs (:func:`graph_chunks`), so that a long extraction
+reports progress.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ class GraphSet:
         indptr: ``[num_nodes + 1]`` CSR offsets of the symmetric adjacency.
         indices: neighbours, sorted within each row, no self-loops or repeats.
         labels: ``[num_nodes]`` non-negative integer node labels.
+        edge_labels: ``[len(indices)]`` non-negative integer label of each adjacency entry
+            (both directions of an edge carry its label), or None without edge labels.
     """
 
     ptr: np.ndarray
     indptr: np.ndarray
     indices: np.ndarray
     labels: np.ndarray
+    edge_labels: np.ndarray | None = None
 
     @property
     def num_graphs(self) -> int:
@@ -170,7 +174,9 @@ def _sparse_edges(adjacency, what: str, index: int) -> torch.Tensor:
     return torch.stack([row, col])
 
 
-def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _adjacency(
+    edges: list[np.ndarray], ptr: np.ndarray, edge_values: list[np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Symmetrised, deduplicated, loop-free adjacency of all graphs, as global CSR arrays.
 
     One pass over every graph's edges, not one per graph: per-graph numpy calls cost
@@ -179,12 +185,17 @@ def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np
     Args:
         edges: each graph's ``[2, num_edges]`` int64 edges, local node indices.
         ptr: ``[num_graphs + 1]`` node offsets.
+        edge_values (optional): each graph's ``[num_edges]`` int64 edge labels; an edge's
+            label goes to both its directions, and every listing of one undirected edge
+            (both directions, repeats) must carry the same label.
 
     Returns:
-        ``(indptr [num_nodes + 1], indices)``, indices global and sorted within each row.
+        ``(indptr [num_nodes + 1], indices, values)``, indices global and sorted within each
+        row, ``values`` the label of each entry (None without ``edge_values``).
 
     Raises:
-        ValueError: naming the first graph with an edge outside its nodes.
+        ValueError: naming the first graph with an edge outside its nodes, or (with
+            ``edge_values``) an edge listed with two different labels.
     """
     num_edges = np.fromiter((e.shape[1] for e in edges), dtype=np.int64, count=len(edges))
     graph = np.repeat(np.arange(len(edges)), num_edges)
@@ -202,16 +213,38 @@ def _adjacency(edges: list[np.ndarray], ptr: np.ndarray) -> tuple[np.ndarray, np
     src = src[keep] + first_node
     dst = dst[keep] + first_node
     num_nodes = int(ptr[-1])  # keys below fit int64 up to 3e9 nodes
-    keys = np.sort(np.concatenate([src * num_nodes + dst, dst * num_nodes + src]))
+    keys = np.concatenate([src * num_nodes + dst, dst * num_nodes + src])
+    values = None
+    if edge_values is None:
+        keys = np.sort(keys)
+    else:
+        values = np.concatenate(edge_values)[keep] if edges else np.empty(0, dtype=np.int64)
+        values = np.concatenate([values, values])
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order], values[order]
+        clash = (keys[1:] == keys[:-1]) & (values[1:] != values[:-1])
+        if clash.any():
+            at = int(np.argmax(clash))
+            u, w = divmod(int(keys[at]), num_nodes)
+            g = int(np.searchsorted(ptr, u, side="right")) - 1
+            raise ValueError(
+                f"graph {g}: edge {u - int(ptr[g])}-{w - int(ptr[g])} is listed with two edge labels "
+                f"({int(values[at])} and {int(values[at + 1])}); both directions of an edge, and its repeats, "
+                "must carry the same label"
+            )
     first = np.ones(len(keys), dtype=bool)  # np.unique's hash path is 8x slower on these keys
     first[1:] = keys[1:] != keys[:-1]
     keys = keys[first]
+    if values is not None:
+        values = values[first]
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys // num_nodes, minlength=num_nodes), out=indptr[1:])
-    return indptr, keys % num_nodes
+    return indptr, keys % num_nodes, values
 
 
-def _as_graph_list(graphs) -> Sequence:
+def as_graph_list(graphs) -> Sequence:
+    """``graphs`` as a list (a PyG dataset or other iterable read once); a ValueError for a
+    single graph, a ``Batch`` or a ``DataLoader`` given in place of a list."""
     if isinstance(graphs, Batch):
         raise ValueError(f"expected a list of graphs, got a Batch of {graphs.num_graphs}; pass batch.to_data_list()")
     if isinstance(graphs, (Data, HeteroData)):
@@ -236,7 +269,9 @@ def _check_graph(data, index: int) -> None:
 
 
 def read_graphs(
-    graphs, each: Callable[[Data, int], T] | None = None
+    graphs,
+    each: Callable[[Data, int], T] | None = None,
+    each_edges: Callable[[Data, int, int], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[T]]:
     """Validate graphs and flatten their structure.
 
@@ -245,10 +280,15 @@ def read_graphs(
         each (callable, optional): ``each(graph, index)``, called on every graph once its own
             checks passed and before the next graph's (so the first bad graph is the one
             named, whatever is wrong with it); what it returns is collected.
+        each_edges (callable, optional): ``each_edges(graph, index, num_edges)``, the graph's
+            ``[num_edges]`` int64 edge labels, one per column of its ``edge_index``
+            (:func:`mwsp_torch.labels.to_graph_set` passes its reader of edge labels). With
+            it, the adjacency's labels are appended to what is returned.
 
     Returns:
         ``(ptr, indptr, indices, found)`` as in :class:`GraphSet`, and ``found``, what
-        ``each`` returned for each graph (empty without ``each``).
+        ``each`` returned for each graph (empty without ``each``); with ``each_edges``, a
+        fifth item, the label of each entry of ``indices``.
 
     Raises:
         ValueError: naming the graph's index, for an item that is not a ``Data`` (a ``Batch``
@@ -256,18 +296,24 @@ def read_graphs(
             without an index, for no graphs, or a single graph, a ``Batch`` or a
             ``DataLoader`` in place of a list.
     """
-    graphs = _as_graph_list(graphs)
+    graphs = as_graph_list(graphs)
     if len(graphs) == 0:
         raise ValueError("no graphs given")
     sizes = np.empty(len(graphs), dtype=np.int64)
-    edges, found = [], []
+    edges, found, edge_values = [], [], []
     for i, data in enumerate(graphs):
         _check_graph(data, i)
         sizes[i] = _num_nodes(data, i)
         edges.append(_edge_index(data, i, int(sizes[i])))
+        if each_edges is not None:
+            if getattr(data, "edge_index", None) is None and getattr(data, "adj_t", None) is not None:
+                raise ValueError(f"graph {i}: edge labels are read with edge_index, not adj_t; pass edge_index")
+            edge_values.append(each_edges(data, i, edges[-1].shape[1]))
         if each is not None:
             found.append(each(data, i))
     ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(sizes, out=ptr[1:])
-    indptr, indices = _adjacency(edges, ptr)
+    indptr, indices, values = _adjacency(edges, ptr, edge_values if each_edges is not None else None)
+    if each_edges is not None:
+        return ptr, indptr, indices, found, values
     return ptr, indptr, indices, found

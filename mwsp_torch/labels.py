@@ -20,6 +20,7 @@ fitted graphs had. One-hot ``x`` is read by column position, whatever its width.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -206,7 +207,80 @@ def _found_labels(data, index: int) -> tuple[np.ndarray, str]:
     return found
 
 
-def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None) -> GraphSet:
+def edge_label_reader(scheme: LabelScheme) -> Callable[[object, int, int], np.ndarray]:
+    """A reader of one graph's edge labels, ``read(graph, index, num_edges)`` -> ``[num_edges]``
+    int64, for :func:`mwsp_torch.graphs.read_graphs` (``docs/definition.md``, section 7).
+
+    Labels come from ``edge_label`` if present, else ``edge_attr``: one row per column of
+    ``edge_index``, a 1-D tensor or one column of integers (whole floats allowed in
+    ``edge_attr``) read as they are, several columns (TUDataset's one-hot ``edge_attr``)
+    one categorical label per distinct row, interned exactly in ``scheme.vocab``. Like node
+    labels, the field and width are fixed by the first graph and checked on the others.
+    A graph without edges needs no labels.
+    """
+
+    def read(data, index: int, num_edges: int) -> np.ndarray:
+        found = None
+        for source in ("edge_label", "edge_attr"):
+            value = getattr(data, source, None)
+            if value is not None:
+                found = as_numpy(value, source, index), source
+                break
+        if found is None:
+            if num_edges == 0:
+                return np.empty(0, dtype=np.int64)
+            raise ValueError(
+                f"graph {index}: has {num_edges} edges but no edge labels (edge_label or edge_attr); "
+                "edge_labels=True needs a label on every edge"
+            )
+        lab, source = found
+        if lab.dtype.kind not in "biuf":
+            raise ValueError(f"graph {index}: {source} has dtype {lab.dtype}; edge labels must be integers")
+        if lab.ndim == 1:
+            lab = lab[:, None]
+        if lab.ndim != 2 or lab.shape[1] == 0:
+            raise ValueError(
+                f"graph {index}: {source} must be [num_edges] or [num_edges, columns], got {list(lab.shape)}"
+            )
+        if lab.shape[0] != num_edges:
+            raise ValueError(
+                f"graph {index}: {source} has {lab.shape[0]} rows for {num_edges} edges (edge_index columns); "
+                "edge labels must be given for every edge or for none"
+            )
+        if not np.issubdtype(lab.dtype, np.integer) and not _integral(lab):
+            raise ValueError(
+                f"graph {index}: {source} has values that are not whole numbers (NaN, infinite or fractional); "
+                "edge labels are categories, continuous edge attributes are not read"
+            )
+        beyond = _beyond_int64(lab)
+        if beyond is not None:
+            raise ValueError(f"graph {index}: {source} has a label that int64 cannot hold ({beyond!r})")
+        lab = lab.astype(np.int64)
+        if lab.size and lab.min() < 0:
+            raise ValueError(f"graph {index}: {source} has a negative edge label ({int(lab.min())})")
+        if scheme.source is None:
+            scheme.source, scheme.width = source, lab.shape[1]
+        elif source != scheme.source:
+            raise ValueError(
+                f"graph {index}: edge labels are read from {source}, but the graphs read before it had theirs "
+                f"from {scheme.source}; give every graph the same field"
+            )
+        elif lab.shape[1] != scheme.width:
+            raise ValueError(
+                f"graph {index}: edge labels have {lab.shape[1]} columns ({source}), "
+                f"the graphs read before it have {scheme.width}"
+            )
+        return lab[:, 0].copy() if lab.shape[1] == 1 else intern_rows(lab, scheme.vocab)
+
+    return read
+
+
+def to_graph_set(
+    graphs,
+    labels: str = "auto",
+    scheme: LabelScheme | None = None,
+    edge_scheme: LabelScheme | None = None,
+) -> GraphSet:
     """Validate graphs and flatten them into a :class:`GraphSet`.
 
     Args:
@@ -217,6 +291,9 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
             unset is decided from these graphs and written into it, what it
             sets is checked, so equal label rows get equal labels across
             calls that share it (fit and transform). Default: a fresh one.
+        edge_scheme (LabelScheme, optional): with it, edge labels are read too
+            (:func:`edge_label_reader`), kept alike across calls that share it, and put in
+            ``edge_labels``; without it (default) they are not read.
 
     Raises:
         ValueError: naming the graph's index, for an item that is not a ``Data`` (a
@@ -229,7 +306,12 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
     """
     if labels not in LABEL_POLICIES:
         raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {labels!r}")
-    ptr, indptr, flat_indices, raw = read_graphs(graphs, _found_labels if labels == "auto" else None)
+    each = _found_labels if labels == "auto" else None
+    edge_values = None
+    if edge_scheme is None:
+        ptr, indptr, flat_indices, raw = read_graphs(graphs, each)
+    else:
+        ptr, indptr, flat_indices, raw, edge_values = read_graphs(graphs, each, edge_label_reader(edge_scheme))
     if scheme is None:
         scheme = LabelScheme()
     sizes = np.diff(ptr)
@@ -248,7 +330,7 @@ def to_graph_set(graphs, labels: str = "auto", scheme: LabelScheme | None = None
         node_labels = label_mat[:, 0].copy()
     else:
         node_labels = intern_rows(label_mat, scheme.vocab)
-    return GraphSet(ptr=ptr, indptr=indptr, indices=flat_indices, labels=node_labels)
+    return GraphSet(ptr=ptr, indptr=indptr, indices=flat_indices, labels=node_labels, edge_labels=edge_values)
 
 
 def _apply_scheme(label_rows: list, sources: list, scheme: LabelScheme) -> None:

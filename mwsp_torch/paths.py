@@ -9,7 +9,10 @@ paths cost no more than their distinct representations.
 
 A representation at scale ``s`` is interned as the pair chain
 ``(-1 - s, t_s(w0)), (., t_s(w1)), ...``, so its ID is also its column in the
-concatenated map ``phi = phi_0 || ... || phi_k`` (the first key tags the scale).
+concatenated map ``phi = phi_0 || ... || phi_k`` (the first key tags the scale). With edge
+labels, each step adds the key ``-2 - e`` of the edge's label before the next tree ID, so the
+representation is ``(t_s(w0), e(w0,w1), t_s(w1), ...)``; the IDs of those half steps are
+columns that no row uses.
 Weights: ``paths="split"`` gives each endpoint mass 1 split evenly over its
 ``sigma(v, u)`` shortest paths, ``paths="all"`` gives every path 1. Per root,
 contributions are summed in a canonical order (sorted by column, then value),
@@ -82,13 +85,18 @@ def _insertion_order_2(major, minor, n, perm):
 
 
 @njit(cache=True, nogil=True)
-def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, offset, lo, hi, row_ptr, cols, vals, nnz):
+def _path_features_kernel(
+    indptr, indices, edge_labels, tree_ids, d, split, frozen, fresh, offset, lo, hi, row_ptr, cols, vals, nnz
+):
     """Rows of nodes ``lo .. hi - 1``, whole graphs (a BFS never leaves its graph, so the
     per-node arrays are indexed from ``lo``), appended to ``cols``/``vals`` after entry ``nnz``
     and ended in ``row_ptr[lo + 1 .. hi]``. Returns ``(cols, vals, nnz, fresh)``, the buffers grown
     by doubling: one pair of buffers serves every run, as in a single call (buffers per run
     raised the peak RSS of REDDIT-BINARY d=2,k=2's features by 0.35 GiB). If some node ``v``
-    has more than ``MAX_PATHS`` shortest paths to one node, ``nnz`` is ``-1 - v`` instead."""
+    has more than ``MAX_PATHS`` shortest paths to one node, ``nnz`` is ``-1 - v`` instead.
+    ``edge_labels`` is empty, or the label of each entry of ``indices``: then a step appends
+    the key ``-2 - edge label`` before the next tree ID (negative, unlike every tree ID)."""
+    labelled = edge_labels.shape[0] > 0
     num_nodes = hi - lo
     num_scales = tree_ids.shape[1]
     dist = np.full(num_nodes, -1, dtype=np.int64)
@@ -164,7 +172,10 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
                                 nx_rep = _grow(nx_rep, n_nx + 1)
                                 nx_cnt = _grow(nx_cnt, n_nx + 1)
                             nx_node[n_nx] = w
-                            nx_rep[n_nx], fresh = intern_pair(frozen, fresh, offset, st_rep[i], tree_ids[w, s])
+                            h = st_rep[i]
+                            if labelled:
+                                h, fresh = intern_pair(frozen, fresh, offset, h, -2 - edge_labels[e])
+                            nx_rep[n_nx], fresh = intern_pair(frozen, fresh, offset, h, tree_ids[w, s])
                             nx_cnt[n_nx] = st_cnt[i]
                             n_nx += 1
                 if n_nx == 0:
@@ -220,7 +231,7 @@ def _path_features_kernel(indptr, indices, tree_ids, d, split, frozen, fresh, of
 
 
 _path_features = _aot.entry(
-    "path_features", "i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i", "Tuple((int64[::1], float64[::1], int64, int64[::1]))"
+    "path_features", "i1 i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i", "Tuple((int64[::1], float64[::1], int64, int64[::1]))"
 )(_path_features_kernel)
 
 
@@ -257,6 +268,11 @@ def node_feature_maps(
         raise ValueError(f"paths must be one of {PATH_MODES}, got {paths!r}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
     tree_ids = np.ascontiguousarray(tree_ids, dtype=np.int64)
+    edge_labels = (
+        np.empty(0, dtype=np.int64)
+        if graph_set.edge_labels is None
+        else np.ascontiguousarray(graph_set.edge_labels, dtype=np.int64)
+    )
     row_ptr = np.zeros(graph_set.num_nodes + 1, dtype=np.int64)
     cols = np.empty(1024, dtype=np.int64)
     vals = np.empty(1024, dtype=np.float64)
@@ -264,7 +280,7 @@ def node_feature_maps(
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         lo, hi = int(graph_set.ptr[first]), int(graph_set.ptr[stop])
         cols, vals, nnz, vocab.table = _path_features(
-            graph_set.indptr, graph_set.indices, tree_ids, d, paths == "split", frozen_table, vocab.table,
+            graph_set.indptr, graph_set.indices, edge_labels, tree_ids, d, paths == "split", frozen_table, vocab.table,
             vocab.offset, lo, hi, row_ptr, cols, vals, nnz,
         )  # fmt: skip
         if nnz < 0:

@@ -8,6 +8,8 @@ is computed bottom-up, AHU style: a subtree is the pair chain
 so two nodes anywhere in the dataset share an ID iff their trees are
 isomorphic as rooted labelled trees. A single table serves every depth: a leaf
 and a depth-0 tree with the same label are the same tree, and get the same ID.
+With edge labels (``graph_set.edge_labels``), a child is the pair (label of the edge
+from its parent, its subtree), so trees are isomorphic only if edge labels agree too.
 
 The kernel is compiled with numba; one BFS per root, memory linear in the
 largest graph. It is called on runs of whole graphs
@@ -41,10 +43,13 @@ def _label_ids_kernel(labels, k, frozen, fresh, offset):
 
 
 @njit(cache=True, nogil=True)
-def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first, stop):
+def _tree_ids_kernel(ptr, indptr, indices, edge_labels, k, frozen, fresh, offset, out, first, stop):
     """Scales ``1..k`` of ``out`` for the nodes of graphs ``first .. stop - 1`` (a BFS never
     leaves its graph, so the per-node arrays are indexed from the first of those nodes).
-    Returns the ``fresh`` table to keep."""
+    ``edge_labels`` is empty, or the label of each entry of ``indices``: then a child is the
+    pair ``(-2 - edge label, subtree ID)``, interned (a negative first key, which no tree code
+    has). Returns the ``fresh`` table to keep."""
+    labelled = edge_labels.shape[0] > 0
     lo = ptr[first]
     num_nodes = ptr[stop] - lo
     max_size = 1
@@ -90,7 +95,10 @@ def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first,
                 for e in range(indptr[u], indptr[u + 1]):
                     w = indices[e]
                     if dist[w - lo] == dist[u - lo] + 1:
-                        children[m] = prev[pos[w - lo]]
+                        child = prev[pos[w - lo]]
+                        if labelled:
+                            child, fresh = intern_pair(frozen, fresh, offset, -2 - edge_labels[e], child)
+                        children[m] = child
                         m += 1
                 h = out[u, 0]
                 if m > 0:
@@ -106,7 +114,14 @@ def _tree_ids_kernel(ptr, indptr, indices, k, frozen, fresh, offset, out, first,
 
 
 _label_ids = _aot.entry("label_ids", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))")(_label_ids_kernel)
-_tree_ids = _aot.entry("tree_ids", "i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]")(_tree_ids_kernel)
+_tree_ids = _aot.entry("tree_ids", "i1 i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]")(_tree_ids_kernel)
+
+
+def _edge_label_array(graph_set: GraphSet) -> np.ndarray:
+    """The kernels' form of ``graph_set.edge_labels``: empty when there are none."""
+    if graph_set.edge_labels is None:
+        return np.empty(0, dtype=np.int64)
+    return np.ascontiguousarray(graph_set.edge_labels, dtype=np.int64)
 
 
 def tree_ids(
@@ -136,12 +151,13 @@ def tree_ids(
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     frozen_table = frozen.table if frozen is not None else Vocabulary().table
+    edge_labels = _edge_label_array(graph_set)
     out, vocab.table = _label_ids(graph_set.labels, k, frozen_table, vocab.table, vocab.offset)
     for first, stop in graph_chunks(graph_set.ptr, chunk_nodes):
         if k > 0:
             vocab.table = _tree_ids(
-                graph_set.ptr, graph_set.indptr, graph_set.indices, k, frozen_table, vocab.table, vocab.offset, out,
-                first, stop,
+                graph_set.ptr, graph_set.indptr, graph_set.indices, edge_labels, k, frozen_table, vocab.table,
+                vocab.offset, out, first, stop,
             )  # fmt: skip
         if progress is not None:
             progress(stop - first)

@@ -1,0 +1,158 @@
+"""Continuous node attributes: the dense part ``beta * a(v)`` of a node's row (``docs/definition.md``, section 7).
+
+With ``MWSP(attributes="node" | "multiscale", beta=...)`` a node's row is
+``phi(v) || beta * a(v)``, and the ground cost stays Euclidean on these rows, so W stays the
+exact W of the longer rows. Attributes are read from ``data.node_attr`` (what
+:func:`mwsp_torch.datasets.load_tudataset` attaches from ``NAME_node_attributes.txt``), else
+from ``data.x`` when ``x`` does not hold the labels (it is not one-hot, and labels come from
+``node_label`` or a policy). Each column is standardised with the mean and standard deviation
+of the graphs given to ``fit`` (:func:`standardisation`); ``"multiscale"`` appends, for
+``j = 1..d``, the mean attribute vector of the nodes at distance exactly ``j``
+(:func:`multiscale_attributes`, zeros where there is none).
+
+Sums are taken over sorted values, so a mean is the same bits whatever the order of the
+nodes or the graphs: renumbering a graph still gives W = 0 exactly. The attribute columns go
+in front of the path columns of the sparse rows (:func:`with_attributes`): the ground costs
+of :mod:`mwsp_torch.transport.costs` read them like any other column, and no dense
+node x vocabulary array is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import shortest_path
+
+from mwsp_torch.graphs import GraphSet, as_numpy
+
+ATTRIBUTE_MODES = ("node", "multiscale")
+
+
+def _is_one_hot(values: np.ndarray) -> bool:
+    return (
+        values.ndim == 2
+        and values.shape[1] >= 2
+        and bool(np.all((values == 0) | (values == 1)) and np.all(values.sum(1) == 1))
+    )
+
+
+def read_attributes(graphs, sizes: np.ndarray, labels: str = "auto") -> np.ndarray:
+    """Every node's attribute vector, ``[num_nodes, width]`` float64, graphs in order.
+
+    Args:
+        graphs: a list of PyG ``Data`` (already checked by :func:`mwsp_torch.labels.to_graph_set`).
+        sizes (np.ndarray): their numbers of nodes (``GraphSet.sizes``).
+        labels (str): the label policy; under ``"auto"`` a graph without ``node_label`` has its
+            labels in ``x``, so ``x`` cannot be its attributes.
+
+    Raises:
+        ValueError: naming the graph, for a graph without attributes, attributes that are NaN
+            or infinite, not one row per node, or of another width than the graphs before it.
+    """
+    blocks = []
+    width = None
+    for index, data in enumerate(graphs):
+        n = int(sizes[index])
+        value = getattr(data, "node_attr", None)
+        source = "node_attr"
+        if value is None:
+            x = getattr(data, "x", None)
+            labels_in_x = labels == "auto" and getattr(data, "node_label", None) is None
+            if x is not None and not labels_in_x:
+                value, source = x, "x"
+        if value is None:
+            raise ValueError(
+                f"graph {index}: has no node attributes (node_attr, or an x that does not hold the labels); "
+                "attributes= needs them on every graph"
+            )
+        values = as_numpy(value, source, index)
+        if values.dtype.kind not in "biuf":
+            raise ValueError(f"graph {index}: {source} has dtype {values.dtype}; attributes must be numbers")
+        if values.ndim == 1:
+            values = values[:, None]
+        if values.ndim != 2 or values.shape[0] != n or values.shape[1] == 0:
+            raise ValueError(
+                f"graph {index}: {source} must have one row per node ({n}), got shape {list(values.shape)}"
+            )
+        if source == "x" and _is_one_hot(values):
+            raise ValueError(
+                f"graph {index}: x is one-hot, which reads as labels, not attributes; pass the attributes as node_attr"
+            )
+        values = values.astype(np.float64)
+        if not np.all(np.isfinite(values)):
+            node = int(np.argmax(~np.all(np.isfinite(values), axis=1)))
+            raise ValueError(f"graph {index}: node {node}'s attributes ({source}) are NaN or infinite")
+        if width is None:
+            width = values.shape[1]
+        elif values.shape[1] != width:
+            raise ValueError(
+                f"graph {index}: {values.shape[1]} attribute columns ({source}), the graphs before it have {width}"
+            )
+        blocks.append(values)
+    return np.concatenate(blocks)
+
+
+def _sorted_sum(values: np.ndarray, axis: int) -> np.ndarray:
+    """Sum along ``axis`` of the values sorted along it: the same bits for any order of them."""
+    return np.sort(values, axis=axis).sum(axis=axis)
+
+
+def standardisation(attributes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, scale)`` of each column (population standard deviation; 1 where it is 0),
+    from sorted sums, so that listing the nodes or graphs in another order changes no bit."""
+    n = attributes.shape[0]
+    mean = _sorted_sum(attributes, 0) / n
+    scale = np.sqrt(_sorted_sum((attributes - mean) ** 2, 0) / n)
+    scale[scale == 0] = 1.0
+    return mean, scale
+
+
+def multiscale_attributes(graph_set: GraphSet, attributes: np.ndarray, d: int) -> np.ndarray:
+    """``a(v) || m_1(v) || ... || m_d(v)``, ``m_j(v)`` the mean attribute vector of the nodes at
+    shortest-path distance exactly ``j`` from ``v`` (zeros when there is none).
+
+    One all-pairs BFS per graph (``scipy.sparse.csgraph``); each mean a sorted sum divided by
+    the count. Memory: ``n^2 x width`` floats for a graph of ``n`` nodes.
+    """
+    width = attributes.shape[1]
+    out = np.zeros((attributes.shape[0], width * (d + 1)))
+    out[:, :width] = attributes
+    if d == 0:
+        return out
+    for g in range(graph_set.num_graphs):
+        lo, hi = int(graph_set.ptr[g]), int(graph_set.ptr[g + 1])
+        n = hi - lo
+        block = sp.csr_matrix(
+            (
+                np.ones(graph_set.indptr[hi] - graph_set.indptr[lo]),
+                graph_set.indices[graph_set.indptr[lo] : graph_set.indptr[hi]] - lo,
+                graph_set.indptr[lo : hi + 1] - graph_set.indptr[lo],
+            ),
+            shape=(n, n),
+        )
+        dist = shortest_path(block, unweighted=True, directed=False)
+        x = attributes[lo:hi]
+        for j in range(1, d + 1):
+            at = dist == j
+            count = at.sum(1)
+            if not count.any():
+                break
+            sums = _sorted_sum(np.where(at[:, :, None], x[None, :, :], 0.0), 1)
+            out[lo:hi, j * width : (j + 1) * width] = sums / np.maximum(count, 1)[:, None]
+    return out
+
+
+def with_attributes(features: sp.csr_matrix, attributes: np.ndarray, beta: float) -> sp.csr_matrix:
+    """Rows ``beta * a(v) || phi(v)``: the attribute columns first (``0 .. width - 1``), the path
+    columns after them, shifted by ``width``; explicit zeros dropped, columns sorted per row.
+    (The order of columns changes no Euclidean distance; first, their positions do not move
+    when ``transform`` meets new path columns.)"""
+    dense = sp.csr_matrix(beta * attributes)
+    width = attributes.shape[1]
+    shifted = sp.csr_matrix(
+        (features.data, features.indices + width, features.indptr), shape=(features.shape[0], features.shape[1] + width)
+    )
+    rows = sp.hstack([dense, shifted], format="csr")
+    rows.eliminate_zeros()
+    rows.sort_indices()
+    return rows
