@@ -2,7 +2,8 @@
 
 Data flows one way: ``graphs -> labels -> trees -> paths -> transport -> kernel -> evaluation``;
 :class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform,
-:class:`MWSPNystroem` Nystroem features from landmark graphs, and :mod:`mwsp_torch.distributed`
+:class:`MWSPNystroem` Nystroem features from landmark graphs (and :func:`nystroem_protocol`
+their nested cross-validation), and :mod:`mwsp_torch.distributed`
 runs the exact engine on a Dask cluster.
 """
 
@@ -11,6 +12,7 @@ from mwsp_torch.estimator import MWSP
 from mwsp_torch.evaluation import nested_protocol, paper_protocol
 from mwsp_torch.kernel import krein_projector, laplacian_kernel
 from mwsp_torch.nystroem import MWSPNystroem
+from mwsp_torch.nystroem_protocol import nystroem_protocol
 from mwsp_torch.trees import TreeIDs
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "load_tudataset",
     "make_csl",
     "nested_protocol",
+    "nystroem_protocol",
     "paper_protocol",
 ]
 __version__ = "0.1.0"
