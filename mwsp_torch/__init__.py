@@ -2,9 +2,9 @@
 
 Data flows one way: ``graphs -> labels -> trees -> paths -> transport -> kernel -> evaluation``;
 :class:`MWSP` is the scikit-learn estimator on top, :class:`TreeIDs` the PyG transform,
-:class:`MWSPNystroem` Nystroem features from landmark graphs, :func:`explain` the node-level
-plan behind one distance, and :mod:`mwsp_torch.distributed` runs the exact engine on a Dask
-cluster.
+:class:`MWSPNystroem` Nystroem features from landmark graphs (and :func:`nystroem_protocol`
+their nested cross-validation), :func:`explain` the node-level plan behind one distance, and
+:mod:`mwsp_torch.distributed` runs the exact engine on a Dask cluster.
 """
 
 from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl
@@ -13,6 +13,7 @@ from mwsp_torch.evaluation import nested_protocol, paper_protocol
 from mwsp_torch.explain import explain, plot_explanation
 from mwsp_torch.kernel import krein_projector, laplacian_kernel
 from mwsp_torch.nystroem import MWSPNystroem
+from mwsp_torch.nystroem_protocol import nystroem_protocol
 from mwsp_torch.trees import TreeIDs
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "load_tudataset",
     "make_csl",
     "nested_protocol",
+    "nystroem_protocol",
     "paper_protocol",
     "plot_explanation",
 ]

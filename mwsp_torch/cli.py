@@ -184,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument(
         "--out", required=True, help="output path (.npy format, written to exactly this path; the directory must exist)"
     )
+    dist.add_argument(
+        "--stream",
+        action="store_true",
+        help="write tiles straight into --out (memory-mapped) so that n x n values are never held in memory; "
+        "exact compiled engine only, no cache or checkpoint",
+    )
     ex = sub.add_parser(
         "explain", help="the optimal node-to-node plan behind W between two graphs of a dataset, as text and a PNG"
     )
@@ -397,6 +403,8 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         elif getattr(args, owner) != choice:
             flag, owner_flag, chosen = "--" + name.replace("_", "-"), "--" + owner, getattr(args, owner)
             parser.error(f"{flag} is read only with {owner_flag} {choice}, not with {owner_flag} {chosen}")
+    if getattr(args, "stream", False) and (args.edge_labels or args.attributes is not None):
+        parser.error("--stream writes label-only W: it does not take --edge-labels or --attributes yet")
     if args.beta is None:
         args.beta = [1.0] if args.command == "evaluate" else 1.0
     elif args.attributes is None:
@@ -424,6 +432,12 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
     if args.scheduler is not None or args.dask_workers is not None:
         if args.solver != "exact" or args.exact_engine not in ("auto", "compiled"):
             parser.error("Dask runs the compiled exact engine: --solver exact and --exact-engine auto or compiled")
+    if getattr(args, "stream", False):
+        if args.solver != "exact" or args.exact_engine not in ("auto", "compiled") or args.checkpoint is not None:
+            parser.error(
+                "--stream runs the compiled exact engine: --solver exact, --exact-engine auto or compiled, "
+                "no --checkpoint"
+            )
     if args.command == "evaluate":
         if args.repeats < 1:
             parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -507,6 +521,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "distances":
             graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
             labels = args.labels or default_labels(args.dataset)
+            if args.stream:
+                from mwsp_torch.distributed import stream_distances
+
+                start = time.perf_counter()
+                n_jobs = 1 if args.client is not None else args.n_jobs
+                settings = {"d": args.d, "k": args.k, "paths": args.paths, "labels": labels}
+                w = stream_distances(graphs, args.out, args.client, n_jobs=n_jobs, progress=not args.quiet, **settings)
+                timings = {"total": time.perf_counter() - start, "streamed": True}
+                print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
+                return 0
             w, timings = _distances(args, graphs, args.d, args.k, labels, args.beta)
             with open(args.out, "wb") as out:  # np.save on a path would append .npy to it
                 np.save(out, w)

@@ -121,6 +121,57 @@ def _tile(sets: _Sets, pairs: np.ndarray, n_jobs: int, costs: str) -> np.ndarray
     return exact_distances(sets.left, sets.right, pairs, n_jobs=n_jobs, tile_size=max(len(pairs), 1), costs=costs)
 
 
+def _check_tiling(tile_size, n_jobs) -> None:
+    if not is_integer(tile_size) or tile_size < 1:
+        raise ValueError(f"tile_size must be an integer >= 1, got {tile_size!r}")
+    if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
+        raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
+
+
+def _windowed(client, tasks):
+    """``(key, result)`` of each ``(key, (function, *args))`` task run on ``client``, as they
+    finish. A window of tasks in flight, a few per worker thread, not all at once: each
+    carries its arguments, and tasks that wait on scattered data are not queued by the
+    scheduler but sent to the workers at once."""
+    from distributed import as_completed
+
+    window = max(IN_FLIGHT_PER_THREAD * sum(client.nthreads().values()), 2)
+    running = as_completed()
+    keys = {}
+
+    def submit_next() -> None:
+        for key, (function, *args) in tasks:
+            future = client.submit(function, *args, pure=False)
+            keys[future] = key
+            running.add(future)
+            return
+
+    for _ in range(window):
+        submit_next()
+    for future in running:
+        key = keys.pop(future)
+        result = future.result()
+        future.release()
+        submit_next()
+        yield key, result
+
+
+def upper_pairs_between(n: int, lo: int, hi: int) -> np.ndarray:
+    """The pairs ``lo`` to ``hi - 1`` of :func:`~mwsp_torch.transport.upper_pairs` ``(n)``
+    (row-major ``i < j``), ``[hi - lo, 2]``, without making the others."""
+    flat = np.arange(lo, hi, dtype=np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    starts = rows * n - rows * (rows + 1) // 2  # flat index of (i, i + 1)
+    i = np.searchsorted(starts, flat, side="right") - 1
+    return np.stack([i, flat - starts[i] + i + 1], axis=1)
+
+
+def _flat_tile(sets: _Sets, n: int, lo: int, hi: int, n_jobs: int, costs: str) -> np.ndarray:
+    """One task of :func:`stream_distances`: its pairs made on the worker from two integers."""
+    pairs = upper_pairs_between(n, lo, hi)
+    return exact_distances(sets.left, sets.right, pairs, n_jobs=n_jobs, tile_size=max(hi - lo, 1), costs=costs)
+
+
 def dask_distances(
     left: SupportSet,
     right: SupportSet,
@@ -147,12 +198,7 @@ def dask_distances(
     Returns:
         ``[m]`` float64 distances, equal bit for bit to ``exact_distances``'.
     """
-    from distributed import as_completed
-
-    if not is_integer(tile_size) or tile_size < 1:
-        raise ValueError(f"tile_size must be an integer >= 1, got {tile_size!r}")
-    if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
-        raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
+    _check_tiling(tile_size, n_jobs)
     pairs = np.ascontiguousarray(pairs, dtype=np.int64)
     indptr, indices, _ = bank_arrays(shared_bank(left, right))
     costs = auto_costs(indptr, indices, bank_columns(indices))  # as exact_distances resolves "auto"
@@ -165,29 +211,9 @@ def dask_distances(
         # a second run scattering equal data must not share the key of the first run's, which
         # the scheduler may be releasing at that very moment.
         [sets] = client.scatter([_Sets(left, right)], broadcast=True, hash=False)
-        # A window of tasks in flight, a few per worker thread, not all at once: each carries
-        # its pairs, and tasks that wait on the scattered sets are not queued by the scheduler
-        # but sent to the workers at once.
-        window = max(IN_FLIGHT_PER_THREAD * sum(client.nthreads().values()), 2)
-        waiting = iter(todo)
-        running = as_completed()
-        futures = {}
-
-        def submit_next() -> None:
-            for tile in waiting:
-                _, lo, hi = tile
-                future = client.submit(_tile, sets, pairs[lo:hi], n_jobs, costs, pure=False)
-                futures[future] = tile
-                running.add(future)
-                return
-
-        for _ in range(window):
-            submit_next()
-        for future in running:
-            index, lo, hi = futures.pop(future)
-            out[lo:hi] = future.result()
-            future.release()
-            submit_next()
+        tasks = ((tile, (_tile, sets, pairs[tile[1] : tile[2]], n_jobs, costs)) for tile in todo)
+        for (index, lo, hi), values in _windowed(client, tasks):
+            out[lo:hi] = values
             if store is not None:
                 store.save(index, out[lo:hi])
             if progress is not None:
@@ -196,3 +222,78 @@ def dask_distances(
         stats["pairs_from_checkpoint"] = loaded
         stats["tasks"] = len(todo)
     return out
+
+
+#: Rows of the ``n x n`` file written at a time when graphs of one measure are expanded.
+EXPAND_ROWS = 256
+
+
+def stream_distances(
+    graphs,
+    out: str | os.PathLike,
+    client=None,
+    tile_size: int = TILE_SIZE,
+    n_jobs: int = -1,
+    progress: bool = False,
+    **params,
+) -> np.ndarray:
+    """All-pairs W written tile by tile into an ``[n, n]`` float64 ``.npy`` at ``out``, so
+    that the driver never holds ``n^2`` values (nor ``n^2`` pairs: a task gets two integers).
+
+    The same problems as :meth:`MWSP.fit <mwsp_torch.MWSP.fit>` (one per pair of distinct
+    measures, the others' rows copied), so the file equals ``MWSP(...).fit(graphs).distances_``
+    bit for bit. The pages written belong to the operating system's file cache, which writes
+    them back and drops them under memory pressure.
+
+    Args:
+        graphs: a list of PyG ``Data`` or a PyG dataset.
+        out (path): the ``.npy`` file to write (replaced).
+        client (distributed.Client, optional): run the tiles on Dask workers (default: the
+            in-process compiled engine with ``n_jobs`` threads).
+        tile_size (int): pairs per tile (default ``65536``).
+        n_jobs (int): threads in process, or per task on a worker (then ``1`` is usual).
+        progress (bool): a tqdm bar over the pairs.
+        params: :class:`~mwsp_torch.MWSP`'s ``d``, ``k``, ``paths``, ``labels``.
+
+    Returns:
+        The file, memory-mapped read-only.
+    """
+    from tqdm.auto import tqdm
+
+    from mwsp_torch.estimator import MWSP
+
+    _check_tiling(tile_size, n_jobs)
+    support, _ = MWSP(n_jobs=n_jobs, **params).supports(graphs)
+    representatives, inverse = support.distinct_measures()
+    distinct = support.take(representatives)
+    n, total = distinct.num_graphs, distinct.num_graphs * (distinct.num_graphs - 1) // 2
+    indptr, indices, _ = bank_arrays(distinct.rows)
+    costs = auto_costs(indptr, indices, bank_columns(indices))
+    out = os.fspath(out)
+    expand = n < support.num_graphs
+    target = out + ".distinct.npy" if expand else out
+    matrix = np.lib.format.open_memmap(target, mode="w+", dtype=np.float64, shape=(n, n))
+    tiles = [(lo, min(lo + tile_size, total)) for lo in range(0, total, tile_size)]
+    if client is not None and tiles:
+        [sets] = client.scatter([_Sets(distinct, distinct)], broadcast=True, hash=False)
+        done = _windowed(client, ((tile, (_flat_tile, sets, n, *tile, n_jobs, costs)) for tile in tiles))
+    else:
+        sets = _Sets(distinct, distinct)
+        done = ((tile, _flat_tile(sets, n, *tile, n_jobs, costs)) for tile in tiles)
+    with tqdm(total=total, desc="transport", unit="pair", disable=not progress) as bar:
+        for (lo, hi), values in done:
+            i, j = upper_pairs_between(n, lo, hi).T
+            matrix[i, j] = values
+            matrix[j, i] = values
+            bar.update(hi - lo)
+    matrix.flush()
+    del matrix
+    if expand:
+        source = np.load(target, mmap_mode="r")
+        full = np.lib.format.open_memmap(out, mode="w+", dtype=np.float64, shape=(len(inverse), len(inverse)))
+        for start in range(0, len(inverse), EXPAND_ROWS):
+            full[start : start + EXPAND_ROWS] = source[inverse[start : start + EXPAND_ROWS]][:, inverse]
+        full.flush()
+        del full, source
+        os.remove(target)
+    return np.load(out, mmap_mode="r")

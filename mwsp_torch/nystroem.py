@@ -32,6 +32,29 @@ from mwsp_torch.estimator import MWSP
 LANDMARK_METHODS = ("random", "kmeans++")
 
 
+def nystroem_normalization(kernel: np.ndarray, eigen_tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray, int]:
+    """``U S^(-1/2) U^T`` of the landmarks' kernel ``U S U^T``, over the eigenvalues above
+    ``eigen_tol`` times the largest (the others' directions get zero weight).
+
+    Args:
+        kernel (np.ndarray): ``[m, m]`` symmetric ``K(L, L)``.
+        eigen_tol (float): the relative floor.
+
+    Returns:
+        ``(normalization [m, m], eigenvalues [m] ascending, number dropped)``.
+
+    Raises:
+        ValueError: when no eigenvalue is above the floor.
+    """
+    eigenvalues, vectors = np.linalg.eigh(kernel)
+    floor = eigen_tol * max(float(eigenvalues[-1]), 0.0)
+    kept = eigenvalues > floor
+    if not kept.any():
+        raise ValueError("K(L, L) has no positive eigenvalue: no Nystroem features exist for these landmarks")
+    scaled = vectors[:, kept] / np.sqrt(eigenvalues[kept])
+    return scaled @ vectors[:, kept].T, eigenvalues, int((~kept).sum())
+
+
 class MWSPNystroem(TransformerMixin, BaseEstimator):
     """MWSP kernel features from ``m`` landmark graphs (a scikit-learn transformer).
 
@@ -136,17 +159,12 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
         else:
             indices = self._kmeans_plus_plus(graphs, rng)
         model = self._mwsp().fit([graphs[int(i)] for i in indices])
-        eigenvalues, vectors = np.linalg.eigh(model.kernel())
-        floor = self.eigen_tol * max(float(eigenvalues[-1]), 0.0)
-        kept = eigenvalues > floor
-        if not kept.any():
-            raise ValueError("K(L, L) has no positive eigenvalue: no Nystroem features exist for these landmarks")
-        scaled = vectors[:, kept] / np.sqrt(eigenvalues[kept])
+        normalization, eigenvalues, dropped = nystroem_normalization(model.kernel(), self.eigen_tol)
         self.landmark_indices_ = indices
         self.model_ = model
         self.eigenvalues_ = eigenvalues
-        self.dropped_eigenvalues_ = int((~kept).sum())
-        self.normalization_ = scaled @ vectors[:, kept].T
+        self.dropped_eigenvalues_ = dropped
+        self.normalization_ = normalization
         return self
 
     def _kmeans_plus_plus(self, graphs, rng: np.random.Generator) -> np.ndarray:

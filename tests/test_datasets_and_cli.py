@@ -545,3 +545,11 @@ def test_cli_svm_solver_reaches_the_protocol(cache_dir, tmp_path):
     # tied settings (tests/test_svm.py pins equal selections where nothing ties); the
     # folds' accuracies, all at CSL's ceiling, do not move.
     assert runs["path"]["fold_accuracies"] == runs["libsvm"]["fold_accuracies"]
+
+
+@pytest.mark.parametrize("extra", [["--edge-labels"], ["--attributes", "node"]])
+def test_cli_stream_refuses_the_extensions_it_does_not_compute(extra, tmp_path, capsys):
+    argv = ["distances", "--dataset", "NOT_READ", "--root", "/nonexistent", "--out", str(tmp_path / "w.npy")]
+    with pytest.raises(SystemExit):
+        main([*argv, "--stream", *extra])
+    assert "--stream writes label-only W: it does not take --edge-labels or --attributes yet" in capsys.readouterr().err

@@ -174,3 +174,35 @@ def test_the_command_line_names_an_unreachable_scheduler(monkeypatch, capsys, tm
     monkeypatch.setattr(mwsp_distributed, "CONNECT_TIMEOUT", 1.0)
     assert main(["distances", "--out", str(tmp_path / "W.npy"), "--scheduler", "tcp://127.0.0.1:1"]) == 2
     assert "no Dask scheduler answered at 'tcp://127.0.0.1:1'" in capsys.readouterr().err
+
+
+def test_pairs_made_from_their_flat_range_are_upper_pairs():
+    pairs = upper_pairs(9)
+    for lo, hi in [(0, 36), (0, 1), (7, 8), (5, 23), (35, 36)]:
+        assert np.array_equal(mwsp_distributed.upper_pairs_between(9, lo, hi), pairs[lo:hi])
+
+
+@pytest.mark.parametrize("on_dask", [False, True])
+def test_a_streamed_matrix_equals_the_fitted_one_bit_for_bit(client, tmp_path, on_dask):
+    # Two copies of graph 0 among 40: the distinct measures are streamed, then expanded.
+    graphs = random_graphs(40, seed=11, max_nodes=12)
+    graphs = [*graphs, graphs[0], graphs[3]]
+    expected = MWSP(d=3, k=1).fit(graphs).distances_
+    path = tmp_path / "W.npy"
+    w = mwsp_distributed.stream_distances(graphs, path, client if on_dask else None, tile_size=97, n_jobs=1, d=3, k=1)
+    assert isinstance(w, np.memmap) and not (tmp_path / "W.npy.distinct.npy").exists()
+    assert np.array_equal(np.load(path), expected)
+    assert w[0, 40] == 0 and (w[0, 1:40] > 0).all()
+
+
+def test_the_command_line_streams_the_same_matrix(tmp_path, capsys):
+    from mwsp_torch.cli import main
+
+    common = ["distances", "--dataset", "CSL", "--d", "3", "--k", "1", "--quiet", "--cache-dir", str(tmp_path)]
+    assert main([*common, "--out", str(tmp_path / "held.npy")]) == 0
+    assert main([*common, "--out", str(tmp_path / "streamed.npy"), "--stream"]) == 0
+    assert '"streamed": true' in capsys.readouterr().out.splitlines()[-1]
+    assert np.array_equal(np.load(tmp_path / "streamed.npy"), np.load(tmp_path / "held.npy"))
+    with pytest.raises(SystemExit):
+        main([*common, "--out", str(tmp_path / "x.npy"), "--stream", "--solver", "sinkhorn"])
+    assert "--stream runs the compiled exact engine" in capsys.readouterr().err

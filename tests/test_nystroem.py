@@ -1,5 +1,7 @@
 """Nystroem features: exact at m = n, exact on landmark rows, scikit-learn pipelines, bad input."""
 
+import importlib
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -97,3 +99,96 @@ def test_bad_parameters_fail_before_any_work(params, message, monkeypatch):
     monkeypatch.setattr(MWSP, "fit", no_work)
     with pytest.raises(ValueError, match=message):
         MWSPNystroem(**{"n_components": 5, **params}).fit(GRAPHS)
+
+
+# The nested protocol on Nystroem features.
+PROTOCOL_GRAPHS = random_graphs(40, seed=2)
+PROTOCOL_Y = np.array([int(g.num_nodes > 5) for g in PROTOCOL_GRAPHS])
+PROTOCOL = {"lams": (0.5, 2.0), "Cs": (1.0, 10.0), "seeds": (0, 1), "n_outer": 3, "n_inner": 2}
+
+
+@pytest.fixture(scope="module")
+def protocol_w():
+    return MWSP(d=2, k=0).fit(PROTOCOL_GRAPHS).distances_
+
+
+def test_landmarks_never_come_from_the_graphs_a_fold_scores(protocol_w, monkeypatch):
+    from sklearn.model_selection import StratifiedKFold
+
+    # The module, not the function of the same name that mwsp_torch exports.
+    module = importlib.import_module("mwsp_torch.nystroem_protocol")
+
+    calls = []
+
+    def recorded(order, train, m):
+        chosen = fold_landmarks(order, train, m)
+        calls.append((np.sort(train), chosen))
+        return chosen
+
+    fold_landmarks = module.fold_landmarks
+    monkeypatch.setattr(module, "fold_landmarks", recorded)
+    y = PROTOCOL_Y
+    result = module.nystroem_protocol({(2, 0): protocol_w}, y, 6, **PROTOCOL)
+    # The folds nested_protocol draws; per outer fold: its inner splits, then the outer fit.
+    expected = []
+    for seed in PROTOCOL["seeds"]:
+        outer = StratifiedKFold(3, shuffle=True, random_state=seed).split(np.zeros(len(y)), y)
+        for train, test in outer:
+            inner = StratifiedKFold(2, shuffle=True, random_state=seed).split(np.zeros(len(train)), y[train])
+            expected += [(np.sort(train[it]), np.sort(train[iv])) for it, iv in inner]
+            expected.append((np.sort(train), np.sort(test)))
+    assert len(calls) == len(expected) == 2 * 3 * 3
+    for (train_seen, chosen), (train, scored) in zip(calls, expected, strict=True):
+        assert np.array_equal(train_seen, train)
+        assert len(chosen) == 6 and np.isin(chosen, train).all()
+        assert not np.isin(chosen, scored).any()
+    outer_tests = [scored for i, (_, scored) in enumerate(expected) if i % 3 == 2]
+    for landmarks, test in zip(result["landmarks"], outer_tests, strict=True):
+        assert not np.isin(landmarks, test).any()
+    assert len(result["fold_accuracies"]) == 6 and result["protocol"] == "nystroem-nested"
+
+
+def test_distances_to_the_pool_alone_give_the_same_result(protocol_w):
+    from mwsp_torch.nystroem_protocol import landmark_distances, landmark_pool, nystroem_protocol
+
+    pool = landmark_pool(PROTOCOL_Y, 6, PROTOCOL["seeds"], PROTOCOL["n_outer"], PROTOCOL["n_inner"])
+    assert 6 < len(pool) < len(PROTOCOL_Y)
+    w_pool = landmark_distances(PROTOCOL_GRAPHS, pool, d=2, k=0, n_jobs=1)
+    np.testing.assert_allclose(w_pool, protocol_w[:, pool], rtol=0, atol=1e-12)
+    full = nystroem_protocol({(2, 0): protocol_w}, PROTOCOL_Y, 6, **PROTOCOL)
+    pooled = nystroem_protocol({(2, 0): protocol_w[:, pool]}, PROTOCOL_Y, 6, pool=pool, **PROTOCOL)
+    assert pooled["fold_accuracies"] == full["fold_accuracies"]
+    assert pooled["selected"] == full["selected"] and pooled["landmarks"] == full["landmarks"]
+    with pytest.raises(ValueError, match="is a landmark but not in the pool"):
+        nystroem_protocol({(2, 0): protocol_w[:, pool[1:]]}, PROTOCOL_Y, 6, pool=pool[1:], **PROTOCOL)
+
+
+def test_the_protocol_features_are_the_transformer_features(protocol_w):
+    # The outer fold's features, as the protocol builds them from W, against MWSPNystroem's
+    # from the graphs, with the same landmarks (MWSPNystroem draws its own: use all of them).
+    from mwsp_torch.nystroem_protocol import PoolFeatures
+
+    landmarks = np.arange(10, 20)
+    nys = MWSPNystroem(n_components=10, d=2, k=0, lam=0.5, random_state=0).fit([PROTOCOL_GRAPHS[i] for i in landmarks])
+    features, _ = PoolFeatures(protocol_w, np.arange(40), 40, 1e-12)(
+        np.arange(40), landmarks[nys.landmark_indices_], 0.5
+    )
+    np.testing.assert_allclose(features, nys.transform(PROTOCOL_GRAPHS), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"n_components": 30}, "landmarks cannot be drawn from a training set of"),
+        ({"n_components": 0}, "n_components must be an integer >= 1"),
+        ({"lams": ()}, "lams must be a non-empty sequence"),
+        ({"seeds": (1, 1)}, "seeds must be distinct"),
+        ({"pool": np.arange(39)}, r"expected \[n, p\] = \[40, 39\]"),
+    ],
+)
+def test_the_protocol_refuses_bad_input(protocol_w, kwargs, message):
+    from mwsp_torch.nystroem_protocol import nystroem_protocol
+
+    args = {**PROTOCOL, "n_components": 6, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        nystroem_protocol({(2, 0): protocol_w}, PROTOCOL_Y, **args)
