@@ -236,10 +236,10 @@ class Baseline(nn.Module):
 
 
 @torch.no_grad()
-def _scores(model: nn.Module, graphs: list[Data], device, batch_size: int, embed: bool = False) -> torch.Tensor:
+def _scores(model: nn.Module, batches, device, embed: bool = False) -> torch.Tensor:
     model.eval()
     out = []
-    for batch in DataLoader(graphs, batch_size=batch_size, shuffle=False):
+    for batch in batches:
         batch = batch.to(device)
         out.append((model.embed(batch) if embed else model(batch)).cpu())
     return torch.cat(out)
@@ -247,7 +247,7 @@ def _scores(model: nn.Module, graphs: list[Data], device, batch_size: int, embed
 
 def predict(model: nn.Module, graphs: list[Data], device="cpu", batch_size: int = 256) -> np.ndarray:
     """Predicted classes of ``graphs`` (``tree_id_inputs``' Data)."""
-    return _scores(model, graphs, device, batch_size).argmax(1).numpy()
+    return _scores(model, DataLoader(graphs, batch_size=batch_size), device).argmax(1).numpy()
 
 
 def accuracy(model: nn.Module, graphs: list[Data], device="cpu", batch_size: int = 256) -> float:
@@ -258,7 +258,7 @@ def accuracy(model: nn.Module, graphs: list[Data], device="cpu", batch_size: int
 
 def graph_embeddings(model: nn.Module, graphs: list[Data], device="cpu", batch_size: int = 256) -> np.ndarray:
     """``[num_graphs, dim]`` float64 graph embeddings of a trained model (``model.embed``), for new graphs too."""
-    return _scores(model, graphs, device, batch_size, embed=True).double().numpy()
+    return _scores(model, DataLoader(graphs, batch_size=batch_size), device, embed=True).double().numpy()
 
 
 def train_classifier(
@@ -305,6 +305,7 @@ def train_classifier(
         train, batch_size=batch_size, shuffle=True, generator=generator, drop_last=len(train) > batch_size
     )
     y_valid = torch.cat([g.y for g in validation])
+    valid_batches = list(DataLoader(validation, batch_size=256, shuffle=False))  # collated once, not per epoch
     best, best_state, best_epoch, epoch = (-1.0, float("inf")), None, 0, 0
     start = time.perf_counter()
     with tqdm(total=max_epochs, desc=desc, unit="epoch", disable=None if progress is None else not progress) as bar:
@@ -316,7 +317,7 @@ def train_classifier(
                 loss = nn.functional.cross_entropy(model(batch), batch.y)
                 loss.backward()
                 optimizer.step()
-            scores = _scores(model, validation, device, 256)
+            scores = _scores(model, valid_batches, device)
             valid = (
                 float(100.0 * (scores.argmax(1) == y_valid).float().mean()),
                 float(nn.functional.cross_entropy(scores, y_valid)),
