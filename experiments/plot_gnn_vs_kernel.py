@@ -36,7 +36,7 @@ def plot(csv_path: Path, out_dir: Path) -> list[Path]:
         for r in mine:
             x, y, err = float(r["seconds_total"]), float(r["accuracy_mean"]), float(r["accuracy_std"])
             colour = COLOURS.get(r["method"], "black")
-            ax.errorbar(max(x, 1e-2), y, yerr=err, fmt="o", color=colour, capsize=3, label=r["method"])
+            ax.errorbar(max(x, 1e-2), y, yerr=err, fmt="o", color=colour, capsize=3)
             ax.annotate(r["method"], (max(x, 1e-2), y), textcoords="offset points", xytext=(5, 4), fontsize=8)
             if r["errica_mean"]:
                 ax.axhline(float(r["errica_mean"]), color=colour, linestyle="--", linewidth=0.8,
@@ -44,9 +44,10 @@ def plot(csv_path: Path, out_dir: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xlabel("wall-clock seconds, all folds (log)")
         ax.set_ylabel("accuracy % (outer folds)")
-        ax.set_title(f"{name}: accuracy against time, same 10 folds")
+        ax.set_title(f"{name}: accuracy against time, the same {mine[0]['folds']} folds")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if any(r["errica_mean"] for r in mine):
+            ax.legend(fontsize=7, loc="best")
         fig.tight_layout()
         path = out_dir / f"gnn_vs_kernel-{name}.png"
         fig.savefig(path, dpi=110)
