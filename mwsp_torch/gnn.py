@@ -59,12 +59,14 @@ class TreeIDVocabulary:
 
     Attributes:
         sizes_ (list[int]): per scale, the number of embedding rows (seen trees + 1).
+        known_ (list[np.ndarray]): per scale, the sorted tree IDs seen in ``fit``.
+        transform_ (TreeIDs): the transform whose interning table gives the IDs.
     """
 
     def __init__(self, k: int = 1, labels: str = "auto") -> None:
+        TreeIDs(k=k, labels=labels)  # refuses a bad k or labels now, not at fit
         self.k = k
         self.labels = labels
-        self.transform_ = TreeIDs(k=k, labels=labels)  # validates k and labels
 
     def _tree_ids(self, graphs) -> list[np.ndarray]:
         out = []
@@ -78,7 +80,8 @@ class TreeIDVocabulary:
         return out
 
     def fit(self, graphs) -> TreeIDVocabulary:
-        """Learn each scale's trees from ``graphs`` (the training graphs only)."""
+        """Learn each scale's trees from ``graphs`` (the training graphs only); a refit starts anew."""
+        self.transform_ = TreeIDs(k=self.k, labels=self.labels)
         ids = self._tree_ids(graphs)
         stacked = np.concatenate(ids) if ids else np.zeros((0, self.k + 1), dtype=np.int64)
         self.known_ = [np.unique(stacked[:, s]) for s in range(self.k + 1)]

@@ -94,6 +94,7 @@ def test_unseen_tree_gets_the_unseen_embedding():
     test = make_data(4, [[0, 1], [0, 2], [2, 3]], [0, 1, 1, 2])
     vocabulary = TreeIDVocabulary(k=1).fit(train)
     assert vocabulary.sizes_[0] == 3  # labels 0 and 1, and the unseen row
+    known = [ids.copy() for ids in vocabulary.known_]
     (index,) = vocabulary.transform([test])
     assert index[3, 0] == UNSEEN and index[3, 1] == UNSEEN  # label 2: unseen at every scale
     assert index[0, 0] != UNSEEN and index[0, 1] == UNSEEN  # a seen label, an unseen tree
@@ -101,7 +102,8 @@ def test_unseen_tree_gets_the_unseen_embedding():
     trained = vocabulary.transform(train)
     assert all((t != UNSEEN).all() for t in trained)  # every training tree has its own row
     # Fitting is the only step that changes the mapping: transforming the test graph did not.
-    assert vocabulary.sizes_ == TreeIDVocabulary(k=1).fit(train).sizes_
+    assert all(np.array_equal(a, b) for a, b in zip(known, vocabulary.known_, strict=True))
+    assert vocabulary.transform(train)[1].tolist() == trained[1].tolist()
     embedding = TreeIDEmbedding(vocabulary.sizes_, dim=4)
     out = embedding(index)
     unseen = embedding.tables[0].weight[UNSEEN] + embedding.tables[1].weight[UNSEEN]
