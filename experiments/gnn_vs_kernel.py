@@ -175,6 +175,7 @@ DATASET_PROFILE = {
 #: MWSP's (d, k) grid where the profile leaves it open: modest subsets of ``accuracy.py``'s
 #: grids (each W is computed once and cached; the SVM selection is what costs here).
 MWSP_GRID = {
+    "PTC_MR": [(d, k) for d in (1, 2) for k in (0, 1, 2)],
     "ENZYMES": [(2, 0), (3, 0), (2, 1)],
     "IMDB-BINARY": [(1, 0), (1, 1), (2, 0)],
     "PROTEINS": [(2, 1), (3, 1)],
