@@ -786,7 +786,7 @@ def write_tables(rows: list[dict], out: Path) -> None:
                 cells.append("-")
                 continue
             text = f"{row['accuracy_mean']:.1f} +- {row['accuracy_std']:.1f}"
-            if row["note"]:
+            if "outer folds finished" in row["note"]:
                 text += f" [{row['folds']} folds]"
             published = row["errica_mean"] if row["errica_mean"] is not None else row["mwsp_paper_mean"]
             if published is not None:
