@@ -1,0 +1,276 @@
+"""Outer fold files shared by every method of a comparison, checked, and named by their SHA-256.
+
+A comparison of kernels and GNNs is only fair on identical folds, and only honest when no
+method selects on a test fold. Following Errica et al. (2020, diningphil/gnn-comparison,
+which ships its ``data_splits/`` as JSON), the folds of a dataset are drawn once, written
+to one JSON file, and every method reads that file; the file's SHA-256 goes into every
+result row, so two rows that claim the same folds can be checked to have them.
+
+A file holds ``n_splits`` stratified outer folds (``StratifiedKFold(shuffle=True,
+random_state=seed)``, seed 42 by default as Errica's), and inside each training fold a
+stratified hold-out (``holdout``, 10 %) for the methods that select on one (the GNNs'
+model selection and early stopping); the kernel methods draw their inner cross-validation
+from the training fold themselves (:func:`mwsp_torch.nested_protocol` with
+``outer_folds=``). The class labels' SHA-256 is stored too, so a file read against another
+dataset (or another order of its graphs) is refused rather than silently misused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import StratifiedKFold, train_test_split
+
+#: Raised whenever the file layout changes; a file of another format is refused.
+SPLIT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One outer fold: ``train`` and ``test`` partition the graphs; ``validation`` is the
+    hold-out inside ``train`` (a subset of it) and ``inner_train`` the rest of ``train``."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    test: np.ndarray
+
+    @property
+    def inner_train(self) -> np.ndarray:
+        return np.setdiff1d(self.train, self.validation)
+
+
+@dataclass(frozen=True)
+class OuterSplits:
+    """The outer folds of one dataset, as a split file holds them.
+
+    Attributes:
+        dataset (str): the dataset's name.
+        num_graphs (int): how many graphs the folds cover (``0..num_graphs - 1``).
+        seed (int): the seed the folds were drawn with.
+        holdout (float): the share of each training fold held out as ``validation``.
+        labels_sha256 (str): SHA-256 of the class labels (int64) the folds were stratified on.
+        folds (tuple[Fold, ...]): the folds, in order.
+        sha256 (str): SHA-256 of the file's bytes (of the bytes :func:`save_splits` writes).
+    """
+
+    dataset: str
+    num_graphs: int
+    seed: int
+    holdout: float
+    labels_sha256: str
+    folds: tuple[Fold, ...]
+    sha256: str
+
+    def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``[(train, test), ...]``, as :func:`mwsp_torch.nested_protocol`'s ``outer_folds`` takes them."""
+        return [(fold.train, fold.test) for fold in self.folds]
+
+
+def labels_sha256(y) -> str:
+    """SHA-256 of the class labels as int64, in graph order."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(y), dtype=np.int64).tobytes()).hexdigest()
+
+
+def _encode(payload: dict) -> bytes:
+    # One line per fold list keeps the file diffable and its bytes fixed by the content alone.
+    return (json.dumps(payload, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def make_splits(y, dataset: str, n_splits: int = 10, seed: int = 42, holdout: float = 0.1) -> OuterSplits:
+    """Draw ``n_splits`` stratified outer folds, and a stratified hold-out in each training fold.
+
+    Args:
+        y: ``[n]`` class labels.
+        dataset (str): the dataset's name (stored in the file).
+        n_splits (int): outer folds (default ``10``).
+        seed (int): seed of the outer folds and the hold-outs (default ``42``, Errica's).
+        holdout (float): share of each training fold held out for validation, in ``(0, 1)``
+            (default ``0.1``).
+
+    Returns:
+        The folds, with the SHA-256 of the bytes :func:`save_splits` writes for them.
+
+    Raises:
+        ValueError: for a ``holdout`` outside ``(0, 1)`` or a class with fewer graphs than folds.
+    """
+    y = np.asarray(y)
+    if not 0 < holdout < 1:
+        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+    _, counts = np.unique(y, return_counts=True)
+    if counts.min() < n_splits:
+        raise ValueError(
+            f"{dataset}: {n_splits} stratified folds need every class to have {n_splits} graphs, "
+            f"the smallest has {counts.min()}"
+        )
+    outer = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    folds = []
+    for train, test in outer.split(np.zeros(len(y)), y):
+        _, validation = train_test_split(train, test_size=holdout, stratify=y[train], random_state=seed)
+        folds.append({"train": train.tolist(), "validation": np.sort(validation).tolist(), "test": test.tolist()})
+    payload = {
+        "format": SPLIT_FORMAT,
+        "dataset": dataset,
+        "num_graphs": len(y),
+        "seed": seed,
+        "holdout": holdout,
+        "labels_sha256": labels_sha256(y),
+        "folds": folds,
+    }
+    return _from_payload(payload, hashlib.sha256(_encode(payload)).hexdigest(), f"the folds drawn for {dataset}", y)
+
+
+def save_splits(splits: OuterSplits, path: str | os.PathLike) -> str:
+    """Write ``splits`` to ``path`` once; returns the file's SHA-256.
+
+    A file already there with the same bytes is left alone; one with other bytes is
+    refused: the folds of a comparison are written once, and every method reads them.
+
+    Raises:
+        FileExistsError: ``path`` holds other folds.
+    """
+    path = Path(path)
+    payload = {
+        "format": SPLIT_FORMAT,
+        "dataset": splits.dataset,
+        "num_graphs": splits.num_graphs,
+        "seed": splits.seed,
+        "holdout": splits.holdout,
+        "labels_sha256": splits.labels_sha256,
+        "folds": [
+            {"train": f.train.tolist(), "validation": f.validation.tolist(), "test": f.test.tolist()}
+            for f in splits.folds
+        ],
+    }
+    data = _encode(payload)
+    if path.is_file():
+        if path.read_bytes() != data:
+            raise FileExistsError(
+                f"{path} holds other folds (SHA-256 {sha256_of(path)}); a split file is written "
+                "once and read by every method: delete it only to start the comparison anew"
+            )
+        return hashlib.sha256(data).hexdigest()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_splits(path: str | os.PathLike, y=None) -> OuterSplits:
+    """Read and check a split file; with ``y``, check it against the dataset too.
+
+    Raises:
+        ValueError: naming the file and the fault: another format, a fold whose indices are
+            not integers in ``0..num_graphs - 1``, a test fold meeting its train fold, test
+            folds that overlap or miss graphs, a ``train`` that is not the complement of its
+            ``test``, a ``validation`` outside its ``train``, or (with ``y``) another number
+            of graphs or other class labels than the folds were drawn for.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        payload = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a split file (not JSON: {err})") from None
+    if not isinstance(payload, dict) or payload.get("format") != SPLIT_FORMAT:
+        got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path}: not a split file of format {SPLIT_FORMAT} (format {got!r})")
+    return _from_payload(payload, hashlib.sha256(data).hexdigest(), str(path), y)
+
+
+def _indices(values, n: int, where: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"{where}: expected a list of graph indices (integers)")
+    array = array.astype(np.int64)
+    if array.size and (array.min() < 0 or array.max() >= n):
+        bad = array[(array < 0) | (array >= n)][0]
+        raise ValueError(f"{where}: graph index {bad} outside 0..{n - 1}")
+    if len(np.unique(array)) != len(array):
+        raise ValueError(f"{where}: a graph index repeats")
+    return array
+
+
+def _from_payload(payload: dict, sha256: str, where: str, y) -> OuterSplits:
+    try:
+        n, folds_raw = int(payload["num_graphs"]), payload["folds"]
+        dataset, seed, holdout, stored_labels = (
+            payload["dataset"],
+            payload["seed"],
+            payload["holdout"],
+            payload["labels_sha256"],
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{where}: a split file needs num_graphs, folds, dataset, seed, holdout, labels_sha256 ({err!r})"
+        ) from None
+    if y is not None:
+        y = np.asarray(y)
+        if len(y) != n:
+            raise ValueError(f"{where}: folds of {n} graphs, but the dataset has {len(y)}")
+        if labels_sha256(y) != stored_labels:
+            raise ValueError(
+                f"{where}: the folds were drawn for other class labels (another dataset, or its graphs "
+                "in another order)"
+            )
+    folds, covered = [], np.zeros(n, dtype=np.int64)
+    for f, fold in enumerate(folds_raw):
+        train, validation, test = (
+            _indices(fold.get(key, []), n, f"{where}, fold {f}, {key}") for key in ("train", "validation", "test")
+        )
+        if len(test) == 0:
+            raise ValueError(f"{where}, fold {f}: empty test fold")
+        met = np.intersect1d(train, test)
+        if len(met):
+            raise ValueError(f"{where}, fold {f}: graph {met[0]} is in both train and test")
+        if len(train) + len(test) != n:
+            missing = np.setdiff1d(np.arange(n), np.concatenate([train, test]))
+            raise ValueError(f"{where}, fold {f}: graph {missing[0]} is in neither train nor test")
+        outside = np.setdiff1d(validation, train)
+        if len(outside):
+            raise ValueError(f"{where}, fold {f}: validation graph {outside[0]} is not in the training fold")
+        covered[test] += 1
+        folds.append(Fold(train=train, validation=validation, test=test))
+    if len(folds) < 2:
+        raise ValueError(f"{where}: {len(folds)} folds; at least 2 are needed")
+    if (covered != 1).any():
+        g = int(np.argmax(covered != 1))
+        what = "in no test fold" if covered[g] == 0 else f"in {covered[g]} test folds"
+        raise ValueError(f"{where}: graph {g} is {what}; the test folds must partition the graphs")
+    return OuterSplits(
+        dataset=str(dataset),
+        num_graphs=n,
+        seed=int(seed),
+        holdout=float(holdout),
+        labels_sha256=str(stored_labels),
+        folds=tuple(folds),
+        sha256=sha256,
+    )
+
+
+def ensure_splits(
+    path: str | os.PathLike, y, dataset: str, n_splits: int = 10, seed: int = 42, holdout: float = 0.1
+) -> OuterSplits:
+    """The split file at ``path`` checked against ``y``, drawn and written first if there is none.
+
+    Args:
+        path: the file (``NAME.json`` under a folds directory, say).
+        y, dataset, n_splits, seed, holdout: as in :func:`make_splits` (used only when drawing).
+
+    Returns:
+        The folds as read back from the file (so ``sha256`` is the file's).
+    """
+    path = Path(path)
+    if not path.is_file():
+        save_splits(make_splits(y, dataset, n_splits=n_splits, seed=seed, holdout=holdout), path)
+    return load_splits(path, y=y)
