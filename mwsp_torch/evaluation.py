@@ -100,6 +100,22 @@ class _Kernels:
         return k_train, k_test
 
 
+def repetition_summary(fold_accuracies: Sequence[float], n_outer: int) -> dict:
+    """The accuracy entries of a repeated protocol's result, from its folds' accuracies in
+    order (``n_outer`` a repetition): the mean and std over the repetitions' means (each
+    repetition scores every graph once), and the folds' own std."""
+    folds = [float(a) for a in fold_accuracies]
+    repetitions = [float(np.mean(folds[r : r + n_outer])) for r in range(0, len(folds), n_outer)]
+    return {
+        "accuracy_unit": "percent",
+        "accuracy_mean": float(np.mean(repetitions)),
+        "accuracy_std": float(np.std(repetitions)),
+        "repetition_accuracies": repetitions,
+        "fold_accuracies": folds,
+        "fold_accuracy_std": float(np.std(folds)),
+    }
+
+
 def reported_std(result: dict) -> tuple[float, str]:
     """The std to give beside a protocol result's mean, and what it is over, ``"folds"`` or
     ``"repetitions"``: the paper protocol's is over its folds; the nested one's over its
@@ -676,15 +692,9 @@ def nested_protocol(
         {"seed": seed, "d": key[0], "k": key[1], **({"beta": key[2]} if len(key) == 3 else {}), "lam": lam, "C": C}
         for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
     ]
-    repetitions = [float(np.mean(folds[r * n_outer : (r + 1) * n_outer])) for r in range(len(seeds))]
     return {
         "protocol": "nested",
-        "accuracy_unit": "percent",
-        "accuracy_mean": float(np.mean(repetitions)),
-        "accuracy_std": float(np.std(repetitions)),
-        "repetition_accuracies": repetitions,
-        "fold_accuracies": folds,
-        "fold_accuracy_std": float(np.std(folds)),
+        **repetition_summary(folds, n_outer),
         "selected": selected,
         "majority_rate": majority_rate(y),
         "accuracy_ceiling": accuracy_ceiling(distances, y),

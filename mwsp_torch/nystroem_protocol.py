@@ -45,6 +45,7 @@ from mwsp_torch.evaluation import (
     check_inner_folds,
     check_labels,
     majority_rate,
+    repetition_summary,
 )
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.nystroem import nystroem_normalization
@@ -246,15 +247,9 @@ def nystroem_protocol(
         selected.append({"seed": seed, "d": keys[a][0], "k": keys[a][1], "lam": lams[b], "C": Cs[c]})
         landmarks.append(chosen.tolist())
         dropped.append(fold_dropped)
-    repetitions = [float(np.mean(accuracies[r * n_outer : (r + 1) * n_outer])) for r in range(len(seeds))]
     return {
         "protocol": "nystroem-nested",
-        "accuracy_unit": "percent",
-        "accuracy_mean": float(np.mean(repetitions)),
-        "accuracy_std": float(np.std(repetitions)),
-        "repetition_accuracies": repetitions,
-        "fold_accuracies": accuracies,
-        "fold_accuracy_std": float(np.std(accuracies)),
+        **repetition_summary(accuracies, n_outer),
         "selected": selected,
         "majority_rate": majority_rate(y),
         "grid": {"settings": [list(key) for key in keys], "lam": list(lams), "C": list(Cs)},
