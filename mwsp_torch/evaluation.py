@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.kernel import KREIN_MODES, krein_projector, laplacian_kernel
-from mwsp_torch.svm import SVM_SOLVERS, accuracy_path, predict_path
+from mwsp_torch.svm import SVM_SOLVERS, accuracy_path
 
 #: The paper's grids (Sec. V-A).
 PAPER_LAMS = tuple(float(v) for v in np.logspace(-4, 1, num=6))
@@ -368,25 +368,27 @@ def _svc_accuracy(k_train, y_train, k_test, y_test, C: float) -> float:
     return float(np.mean(model.predict(k_test) == y_test))
 
 
+def _accuracies(solver: str, k_train, y_train, k_test, y_test, Cs) -> np.ndarray:
+    """The test accuracy of the SVM at each ``C``, by ``solver`` (:data:`SVM_SOLVERS`): the
+    path solver takes the whole grid in one call, libsvm one fit a ``C``."""
+    if solver == "path":
+        return accuracy_path(k_train, y_train, k_test, y_test, Cs)
+    return np.array([_svc_accuracy(k_train, y_train, k_test, y_test, C) for C in Cs])
+
+
 def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: np.ndarray, splits: list):
     """Mean inner-validation accuracy of each ``C`` for one setting ``key`` and ``lam`` on the
     training fold ``train``: one step of a fold's selection."""
     scores = np.zeros(len(Cs))
     for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
-        if kernels.solver == "path":
-            scores += accuracy_path(kt, y[train][inner_train], kv, y[train][inner_test], Cs)
-            continue
-        for c, C in enumerate(Cs):
-            scores[c] += _svc_accuracy(kt, y[train][inner_train], kv, y[train][inner_test], C)
+        scores += _accuracies(kernels.solver, kt, y[train][inner_train], kv, y[train][inner_test], Cs)
     return scores / len(splits)
 
 
 def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
     key, lam, C = choice
     k_train, k_test = kernels.fold(key, lam, train, test)
-    if kernels.solver == "path":
-        return 100.0 * float(np.mean(predict_path(k_train, y[train], k_test, [C])[0] == y[test]))
-    return 100.0 * _svc_accuracy(k_train, y[train], k_test, y[test], C)
+    return 100.0 * float(_accuracies(kernels.solver, k_train, y[train], k_test, y[test], [C])[0])
 
 
 @contextmanager
