@@ -283,7 +283,7 @@ def decision_path(
     y = np.ascontiguousarray(signs, dtype=np.float64)
     n = len(y)
     alpha = np.zeros(n)
-    gradient = -np.ones(n)
+    gradient = None  # G = Q alpha - e, set by the first (cold) solve
     max_iter = max(10_000_000, 100 * n)  # libsvm's (scikit-learn passes -1: none)
     diagonal = np.ascontiguousarray(np.diagonal(k_train))
     values = np.empty((len(cs), len(k_test)))
@@ -293,6 +293,8 @@ def decision_path(
         if previous is not None and not np.any((alpha > 0) & (alpha < previous)):
             # Every alpha at a bound: scaled by C / previous they stay feasible, with the
             # gradient rescaled to match, and are often still optimal (NCI1's small Cs).
+            if gradient is None:  # after a libsvm solve: made only when a warm start needs it
+                gradient = y * (k_train @ (alpha * y)) - 1.0
             ratio = C / previous
             alpha *= ratio
             gradient *= ratio
@@ -312,10 +314,10 @@ def decision_path(
             values[c] = -model.decision_function(k_test)
             alpha[:] = 0.0
             alpha[model.support_] = np.abs(model.dual_coef_[0])
-            gradient[:] = y * (k_train @ (alpha * y)) - 1.0
+            gradient = None
             continue
         alpha[:] = 0.0
-        gradient[:] = -1.0
+        gradient = -np.ones(n)
         rho, _ = _smo(k_train, diagonal, y, C, alpha, gradient, float(tol), max_iter)
         values[c] = k_test @ (alpha * y) - rho
     return values
