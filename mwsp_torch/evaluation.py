@@ -295,8 +295,9 @@ def _check_n_jobs(n_jobs) -> None:
         raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
 
 
-def _check_grid(values, name: str) -> tuple:
-    """``values`` (any iterable, a generator included) as a non-empty tuple of finite numbers > 0."""
+def check_grid(values, name: str) -> tuple:
+    """``values`` (any iterable, a generator included) as a non-empty tuple of finite numbers
+    > 0, or a ValueError naming ``name``: the ``lams`` and ``Cs`` of every protocol."""
     values = _as_tuple(values, name)
     if not values:
         raise ValueError(f"{name} is empty: give at least one value")
@@ -304,6 +305,22 @@ def _check_grid(values, name: str) -> tuple:
         if not is_positive_number(value):
             raise ValueError(f"{name} must hold finite numbers > 0, got {value!r}")
     return values
+
+
+def check_seeds(seeds) -> tuple:
+    """``seeds`` (one repetition each) as a non-empty tuple of distinct integer seeds, or a
+    ValueError saying which rule was broken."""
+    seeds = _as_tuple(seeds, "seeds")
+    if len(seeds) == 0:
+        raise ValueError("seeds is empty: the nested protocol needs at least one repetition")
+    for seed in seeds:
+        if not _is_seed(seed):
+            raise ValueError(f"seeds must hold integers in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"seeds must differ, got {list(seeds)}: a repeated seed repeats a repetition and shrinks the reported std"
+        )
+    return seeds
 
 
 def _is_seed(seed) -> bool:
@@ -409,7 +426,8 @@ def _shared(kernels: _Kernels, n_jobs: int):
 
 
 def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str) -> list:
-    """``(accuracy, (key, lam, C))`` for each ``(train, test, inner)`` fold, in order.
+    """``(accuracy, (key, lam, C))`` for each ``(train, test, inner_splits)`` fold, in order
+    (``inner_splits``: ``(inner_train, inner_test)`` positions in ``train``).
 
     The work runs over ``n_jobs`` processes (one BLAS thread each) as one step per fold,
     setting and ``lam`` (the inner cross-validation of every ``C``), then one final fit per
@@ -417,7 +435,7 @@ def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | 
     memory-mapped copy (:func:`_shared`). A fold selects in grid order (setting, then
     ``lam``, then ``C``): the first best mean inner accuracy wins, whatever ``n_jobs``.
     """
-    splits = [list(inner.split(np.zeros(len(train)), y[train])) for train, _, inner in folds]
+    splits = [inner_splits for _, _, inner_splits in folds]
     steps = [(f, key, lam) for f in range(len(folds)) for key in keys for lam in lams]
     with _shared(kernels, n_jobs) as kernels, parallel_config(backend="loky", inner_max_num_threads=1):
         runner = Parallel(n_jobs=n_jobs, return_as="generator")
@@ -547,7 +565,7 @@ def paper_protocol(
             non-positive grid, a seed that is not an integer, or too many folds.
     """
     y = check_labels(y)
-    lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
+    lams, Cs = check_grid(lams, "lams"), check_grid(Cs, "Cs")
     if not _is_seed(seed):
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
     distances = _check_distances(distances, len(y), "distances")
@@ -562,7 +580,10 @@ def paper_protocol(
         np.random.seed(seed)
         outer = StratifiedKFold(n_splits=n_splits, shuffle=True)
         inner = StratifiedKFold(n_splits=5, shuffle=False)
-        folds = [(train, test, inner) for train, test in outer.split(np.zeros(len(y)), y)]
+        folds = [
+            (train, test, list(inner.split(np.zeros(len(train)), y[train])))
+            for train, test in outer.split(np.zeros(len(y)), y)
+        ]
         scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol")
     finally:
         np.random.set_state(caller_state)
@@ -583,6 +604,32 @@ def paper_protocol(
         "svm_solver": svm_solver,
         "seed": seed,
     }
+
+
+def nested_folds(
+    y: np.ndarray,
+    seeds: Sequence[int],
+    n_outer: int = 10,
+    n_inner: int = NESTED_INNER_FOLDS,
+    outer_folds: Sequence | None = None,
+) -> list[tuple[int, np.ndarray, np.ndarray, list]]:
+    """The nested protocol's folds: ``(seed, train, test, inner_splits)`` for each outer fold
+    of each repetition, ``inner_splits`` being ``(inner_train, inner_test)`` positions in
+    ``train``. Each seed draws ``StratifiedKFold(n_outer, shuffle=True, random_state=seed)``
+    outside (or takes ``outer_folds``, already checked) and the same with ``n_inner`` inside
+    each training fold. Every protocol scored on "the nested protocol's folds" (the Nystroem
+    one included) takes them from here."""
+    folds = []
+    for seed in seeds:
+        inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
+        if outer_folds is None:
+            outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
+            given = list(outer.split(np.zeros(len(y)), y))
+        else:
+            given = outer_folds
+        for train, test in given:
+            folds.append((seed, train, test, list(inner.split(np.zeros(len(train)), y[train]))))
+    return folds
 
 
 def nested_protocol(
@@ -636,19 +683,10 @@ def nested_protocol(
             for keys that are not ``(d, k)`` pairs of integers ``>= 0`` or empty ``seeds``.
     """
     y = check_labels(y)
-    lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
+    lams, Cs = check_grid(lams, "lams"), check_grid(Cs, "Cs")
     if seeds is None:
         seeds = (0,) if outer_folds is not None else tuple(range(10))
-    seeds = _as_tuple(seeds, "seeds")
-    if len(seeds) == 0:
-        raise ValueError("seeds is empty: the nested protocol needs at least one repetition")
-    for seed in seeds:
-        if not _is_seed(seed):
-            raise ValueError(f"seeds must hold integers in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(
-            f"seeds must differ, got {list(seeds)}: a repeated seed repeats a repetition and shrinks the reported std"
-        )
+    seeds = check_seeds(seeds)
     if not isinstance(distances, Mapping):
         raise ValueError(f"distances must be a mapping {{(d, k): W}}, got {type(distances).__name__}")
     if len(distances) == 0:
@@ -679,15 +717,9 @@ def nested_protocol(
         check_inner_folds(y, n_outer, n_inner)
     keys = sorted(distances)
     kernels = _Kernels(distances, svm, krein, svm_solver)
-    jobs, fold_seeds = [], []
-    for seed in seeds:
-        inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
-        if outer_folds is None:
-            outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
-            given = list(outer.split(np.zeros(len(y)), y))
-        for train, test in given:
-            jobs.append((train, test, inner))
-            fold_seeds.append(seed)
+    folds = nested_folds(y, seeds, n_outer, n_inner, None if outer_folds is None else given)
+    fold_seeds = [seed for seed, *_ in folds]
+    jobs = [(train, test, splits) for _, train, test, splits in folds]
     scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")
     folds = [acc for acc, _ in scored]
     selected = [

@@ -31,20 +31,22 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import LinearSVC
 from tqdm.auto import tqdm
 
-from mwsp_torch._checks import is_integer, is_positive_number
+from mwsp_torch._checks import is_integer
 from mwsp_torch.estimator import MWSP
 from mwsp_torch.evaluation import (
     NESTED_INNER_FOLDS,
     PAPER_CS,
     PAPER_LAMS,
     check_folds,
+    check_grid,
     check_inner_folds,
     check_labels,
+    check_seeds,
     majority_rate,
+    nested_folds,
     repetition_summary,
 )
 from mwsp_torch.kernel import laplacian_kernel
@@ -77,19 +79,6 @@ def fold_landmarks(order: np.ndarray, train: np.ndarray, m: int) -> np.ndarray:
     return chosen
 
 
-def protocol_folds(y: np.ndarray, seeds: Sequence[int], n_outer: int, n_inner: int) -> list:
-    """``(seed, train, test, inner_splits)`` for each outer fold, as
-    :func:`~mwsp_torch.evaluation.nested_protocol` draws them (``inner_splits``: pairs of
-    positions in ``train``)."""
-    folds = []
-    for seed in seeds:
-        outer = StratifiedKFold(n_splits=n_outer, shuffle=True, random_state=seed)
-        inner = StratifiedKFold(n_splits=n_inner, shuffle=True, random_state=seed)
-        for train, test in outer.split(np.zeros(len(y)), y):
-            folds.append((seed, train, test, list(inner.split(np.zeros(len(train)), y[train]))))
-    return folds
-
-
 def landmark_pool(
     y, n_components: int, seeds: Sequence[int] = (0,), n_outer: int = 10, n_inner: int = NESTED_INNER_FOLDS
 ) -> np.ndarray:
@@ -97,7 +86,7 @@ def landmark_pool(
     arguments) takes as a landmark: the columns of W it reads."""
     y = check_labels(y)
     pool = set()
-    for seed, train, _, splits in protocol_folds(y, seeds, n_outer, n_inner):
+    for seed, train, _, splits in nested_folds(y, seeds, n_outer, n_inner):
         order = landmark_order(len(y), seed)
         pool.update(fold_landmarks(order, train, n_components).tolist())
         for inner_train, _ in splits:
@@ -122,13 +111,6 @@ def landmark_distances(graphs, pool: np.ndarray, d: int = 2, k: int = 0, n_jobs:
     i, j = np.meshgrid(np.arange(n), pool, indexing="ij")
     pairs = np.stack([np.minimum(i, j).ravel(), np.maximum(i, j).ravel()], axis=1)
     return exact_distances(support, support, pairs, n_jobs=n_jobs).reshape(n, len(pool))
-
-
-def _check_grid(values, name: str) -> tuple:
-    values = tuple(values)
-    if not values or not all(is_positive_number(v) for v in values):
-        raise ValueError(f"{name} must be a non-empty sequence of finite numbers > 0, got {list(values)!r}")
-    return values
 
 
 class PoolFeatures:
@@ -202,10 +184,8 @@ def nystroem_protocol(
     """
     y = check_labels(y)
     n = len(y)
-    lams, Cs = _check_grid(lams, "lams"), _check_grid(Cs, "Cs")
-    seeds = tuple(seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or not all(is_integer(s) and s >= 0 for s in seeds):
-        raise ValueError(f"seeds must be distinct integers >= 0, at least one, got {list(seeds)!r}")
+    lams, Cs = check_grid(lams, "lams"), check_grid(Cs, "Cs")
+    seeds = check_seeds(seeds)
     if not is_integer(n_components) or n_components < 1:
         raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}")
     check_folds(y, n_outer, "n_outer")
@@ -222,7 +202,7 @@ def nystroem_protocol(
     features = {key: PoolFeatures(np.asarray(distances[key]), pool, n, eigen_tol) for key in keys}
     stats = {"fits": 0, "not_converged": 0}
     start = time.perf_counter()
-    folds = protocol_folds(y, seeds, n_outer, n_inner)
+    folds = nested_folds(y, seeds, n_outer, n_inner)
     accuracies, selected, landmarks, dropped = [], [], [], []
     for seed, train, test, splits in tqdm(
         folds, desc="Nystroem nested CV", disable=None if progress is None else not progress

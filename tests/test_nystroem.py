@@ -181,8 +181,8 @@ def test_the_protocol_features_are_the_transformer_features(protocol_w):
     [
         ({"n_components": 30}, "landmarks cannot be drawn from a training set of"),
         ({"n_components": 0}, "n_components must be an integer >= 1"),
-        ({"lams": ()}, "lams must be a non-empty sequence"),
-        ({"seeds": (1, 1)}, "seeds must be distinct"),
+        ({"lams": ()}, "lams is empty: give at least one value"),
+        ({"seeds": (1, 1)}, "seeds must differ"),
         ({"pool": np.arange(39)}, r"expected \[n, p\] = \[40, 39\]"),
     ],
 )
