@@ -167,3 +167,17 @@ def test_every_method_end_to_end_on_one_split_file(tmp_path, fixture_root, cache
     # Recomputed from the seed, the neural cells give the same accuracies.
     forced = gnn_vs_kernel.main(argv + ["--methods", "gin", "gin_tree_ids", "baseline", "--force"])
     assert [r["accuracy_mean"] for r in forced] == [r["accuracy_mean"] for r in rows]
+
+
+def test_row_notes_name_partial_rows_the_gap_to_errica_and_different_inputs(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    sys.modules.pop("gnn_vs_kernel", None)
+    import gnn_vs_kernel
+
+    full = gnn_vs_kernel.row_note([55.0] * 10, 10, (None, None))
+    assert full == ""
+    partial = gnn_vs_kernel.row_note([54.0, 56.0, 55.0, 55.0], 10, (60.0, 4.0), "their inputs differ")
+    assert partial.startswith("only 4 of 10 outer folds finished")
+    assert "-5.0 points from Errica et al.'s 60.0" in partial
+    assert partial.endswith("their inputs differ")
+    assert "ENZYMES" in gnn_vs_kernel.ERRICA_INPUTS  # their 21 features against our 3 labels
