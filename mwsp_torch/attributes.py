@@ -98,12 +98,16 @@ def _sorted_sum(values: np.ndarray, axis: int) -> np.ndarray:
 
 
 def standardisation(attributes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(mean, scale)`` of each column (population standard deviation; 1 where it is 0),
-    from sorted sums, so that listing the nodes or graphs in another order changes no bit."""
+    """``(mean, scale)`` of each column (population standard deviation), from sorted sums, so
+    that listing the nodes or graphs in another order changes no bit. A constant column (its
+    largest value equal to its smallest) gets that value as mean and scale 1: centred only,
+    to exact zeros (its rounded deviation, about 1e-17, would otherwise blow it up)."""
     n = attributes.shape[0]
     mean = _sorted_sum(attributes, 0) / n
     scale = np.sqrt(_sorted_sum((attributes - mean) ** 2, 0) / n)
-    scale[scale == 0] = 1.0
+    constant = attributes.max(axis=0) == attributes.min(axis=0)
+    mean[constant] = attributes[0, constant]
+    scale[constant] = 1.0
     return mean, scale
 
 
@@ -147,12 +151,7 @@ def with_attributes(features: sp.csr_matrix, attributes: np.ndarray, beta: float
     columns after them, shifted by ``width``; explicit zeros dropped, columns sorted per row.
     (The order of columns changes no Euclidean distance; first, their positions do not move
     when ``transform`` meets new path columns.)"""
-    dense = sp.csr_matrix(beta * attributes)
-    width = attributes.shape[1]
-    shifted = sp.csr_matrix(
-        (features.data, features.indices + width, features.indptr), shape=(features.shape[0], features.shape[1] + width)
-    )
-    rows = sp.hstack([dense, shifted], format="csr")
+    rows = sp.hstack([sp.csr_matrix(beta * attributes), features], format="csr")  # hstack shifts the paths
     rows.eliminate_zeros()
     rows.sort_indices()
     return rows

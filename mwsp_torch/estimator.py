@@ -132,7 +132,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
         features_ (scipy.sparse.csr_matrix): each training node's row, the point its graph's
             measure puts mass on: ``phi(v)``, or with ``attributes`` ``beta * a(v)`` in columns
-            ``0 .. attribute_width_ - 1`` followed by ``phi(v)`` (nodes in graph order; the ground
+            ``0 .. w - 1`` (``w`` attributes, times ``d + 1`` for ``"multiscale"``) followed by ``phi(v)`` (nodes in graph order; the ground
             cost between two rows is their Euclidean distance). :meth:`node_rows` gives the
             same rows for any graphs.
         attribute_mean_, attribute_scale_ (np.ndarray or None): the standardisation of the
@@ -699,7 +699,16 @@ class MWSP(TransformerMixin, BaseEstimator):
             label_scheme=tables["label_scheme"],
             tree_vocabs=tables["tree_vocabs"],
             path_vocabs=tables["path_vocabs"],
+            attribute_columns=self._attribute_columns(),
+            attribute_width=0 if self.attributes is None else len(self.attribute_mean_),
         )
+
+    def _attribute_columns(self) -> int:
+        """How many leading columns of a row hold ``beta * a(v)``: the attribute width, times
+        ``d + 1`` for ``"multiscale"``; 0 without attributes."""
+        if self.attributes is None:
+            return 0
+        return len(self.attribute_mean_) * (self.d + 1 if self.attributes == "multiscale" else 1)
 
     def explain(self, G, H, top: int = 5, label_names=None):
         """The optimal node-to-node plan behind ``W(G, H)``: :func:`mwsp_torch.explain.explain`."""
@@ -723,6 +732,11 @@ class NodeRows:
         label_scheme (LabelScheme): how the labels were read (a copy of the fitted one).
         tree_vocabs, path_vocabs (tuple): ``(fitted, fresh)`` vocabularies; an ID below the
             fitted one's size is in the fitted table, a larger one in the fresh table.
+        attribute_columns (int): the leading columns holding ``beta * a(v)`` (0 without
+            attributes); path column ``c`` of the vocabularies is row column
+            ``attribute_columns + c``.
+        attribute_width (int): attributes per node (``attribute_columns`` is this times
+            ``d + 1`` for ``"multiscale"``).
     """
 
     support: SupportSet
@@ -733,6 +747,8 @@ class NodeRows:
     label_scheme: LabelScheme
     tree_vocabs: tuple[Vocabulary, Vocabulary]
     path_vocabs: tuple[Vocabulary, Vocabulary]
+    attribute_columns: int = 0
+    attribute_width: int = 0
 
 
 def _device_type(device) -> str:

@@ -41,7 +41,8 @@ class PathDifference:
     """One path representation whose weight differs between two nodes' rows.
 
     Attributes:
-        scale (int): the scale ``s`` of the representation.
+        scale (int): the scale ``s`` of the representation; ``-1`` for an attribute column
+            (``path`` then names it: ``"attribute j"``, or ``"attribute j, mean at distance r"``).
         path (str): the representation decoded, e.g. ``"C-C-O"`` (scale 0) or
             ``"C(C,O)-O(C)"`` (scale 1).
         weight_g, weight_h (float): its coordinate in the ``G`` node's row and in the ``H``
@@ -125,7 +126,8 @@ class Explanation:
                 f"({100 * pair.contribution / self.distance:.1f} % of W)"
             )
             for diff in pair.differences[:differences]:
-                lines.append(f"     scale {diff.scale} {diff.path}: {diff.weight_g:.4g} in G, {diff.weight_h:.4g} in H")
+                where = f"scale {diff.scale} " if diff.scale >= 0 else ""
+                lines.append(f"     {where}{diff.path}: {diff.weight_g:.4g} in G, {diff.weight_h:.4g} in H")
             if len(pair.differences) > differences:
                 lines.append(f"     ... {len(pair.differences) - differences} more")
         return "\n".join(lines)
@@ -161,12 +163,18 @@ class _Decoder:
 
     Every ID is a chain of pairs ``(prefix ID, element)`` (:mod:`mwsp_torch._interning`): a
     tree is ``(-1, label)`` then one pair per child tree, sorted; a path at scale ``s`` is
-    ``(-1 - s, t_s(w0))`` then one pair per further node.
+    ``(-1 - s, t_s(w0))`` then one pair per further node. With edge labels a child is the
+    ID of the pair ``(-2 - e, subtree)`` (:mod:`mwsp_torch.trees`), written ``[e]subtree``, and
+    a path puts the key ``-2 - e`` before each further node, written ``-[e]-``. With
+    attributes the first ``rows.attribute_columns`` columns are ``beta * a(v)``, the path
+    columns after them.
     """
 
     def __init__(self, rows, label_names) -> None:
         self.trees = _inverse(*rows.tree_vocabs)
         self.paths = _inverse(*rows.path_vocabs)
+        self.attribute_columns = int(rows.attribute_columns)
+        self.attribute_width = int(rows.attribute_width)
         self.label_rows = _inverse(None, rows.label_scheme.vocab)
         self.multi_column = rows.label_scheme.width is not None and rows.label_scheme.width > 1
         self.label_names = label_names
@@ -187,16 +195,31 @@ class _Decoder:
             label, *children = _chain(self.trees, tree_id)[1]
             text = self.label(label)
             if children:
-                text += "(" + ",".join(sorted(self.tree(c) for c in children)) + ")"
+                text += "(" + ",".join(sorted(self.child(c) for c in children)) + ")"
             self.tree_cache[tree_id] = text
         return text
 
+    def child(self, child_id: int) -> str:
+        """A child of a tree: a subtree, or with edge labels ``[e]subtree``."""
+        head, elements = _chain(self.trees, child_id)
+        if head <= -2:  # the pair (-2 - edge label, subtree)
+            return f"[{-2 - head}]" + self.tree(elements[0])
+        return self.tree(child_id)
+
     def path(self, column: int) -> tuple[int, str]:
-        """``(scale, representation)`` of a column of the node rows."""
+        """``(scale, representation)`` of a column of the node rows; scale ``-1`` for a column
+        that is not a path (an attribute)."""
+        if column < self.attribute_columns:
+            j, distance = column % self.attribute_width, column // self.attribute_width
+            return -1, f"attribute {j}" + (f", mean at distance {distance}" if distance else "")
+        column -= self.attribute_columns
         if column >= len(self.paths[0]):
             return -1, f"column {column}"  # not a path representation
-        head, trees = _chain(self.paths, column)
-        return -1 - head, "-".join(self.tree(t) for t in trees)
+        head, elements = _chain(self.paths, column)
+        text = self.tree(elements[0])
+        for element in elements[1:]:
+            text += f"-[{-2 - element}]-" if element <= -2 else ("" if text.endswith("]-") else "-") + self.tree(element)
+        return -1 - head, text
 
 
 def _inverse(fitted: Vocabulary | None, fresh: Vocabulary) -> tuple[np.ndarray, np.ndarray]:

@@ -236,6 +236,11 @@ def edge_label_reader(scheme: LabelScheme) -> Callable[[object, int, int], np.nd
         lab, source = found
         if lab.dtype.kind not in "biuf":
             raise ValueError(f"graph {index}: {source} has dtype {lab.dtype}; edge labels must be integers")
+        if source == "edge_label" and lab.dtype.kind == "f":  # as node_label: never rounded or cast
+            raise ValueError(
+                f"graph {index}: edge_label must be an integer tensor, got {lab.dtype} (edge_label is read as "
+                "the labels themselves; whole floats are read from edge_attr only, as TUDataset's one-hot rows)"
+            )
         if lab.ndim == 1:
             lab = lab[:, None]
         if lab.ndim != 2 or lab.shape[1] == 0:

@@ -128,11 +128,13 @@ def wasserstein(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def attribute_rows(graphs, attributes, mode: str, d: int) -> list[np.ndarray]:
-    """Standardised attributes (population std over all nodes, 1 where 0), then for
-    ``"multiscale"`` the mean over the nodes at each distance 1..d (zeros if none)."""
+    """Standardised attributes (population std over all nodes; a constant column only
+    centred, to zeros), then for ``"multiscale"`` the mean over the nodes at each distance
+    1..d (zeros if none)."""
     stacked = np.concatenate([np.asarray(a, dtype=float) for a in attributes])
     mean, std = stacked.mean(0), stacked.std(0)
-    std[std == 0] = 1.0
+    constant = np.ptp(stacked, axis=0) == 0
+    mean[constant], std[constant] = stacked[0, constant], 1.0
     out = []
     for graph, a in zip(graphs, attributes, strict=True):
         a = (np.asarray(a, dtype=float) - mean) / std

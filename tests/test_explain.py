@@ -19,7 +19,7 @@ from mwsp_torch.explain import explain, explain_prediction, plot_explanation, sv
 
 from conftest import make_data
 from random_graphs import random_graphs
-from reference import adjacency, feature_rows, shortest_paths, tree, wasserstein
+from reference import adjacency, edge_label_map, feature_rows, shortest_paths, tree, wasserstein
 
 MUTAG_NAMES = {0: "C", 1: "N", 2: "O", 3: "F", 4: "I", 5: "Cl", 6: "Br"}
 
@@ -62,28 +62,53 @@ def test_plan_is_optimal_on_mutag_pairs(mutag, d, k):
         for pair in explanation.pairs:
             block = np.ix_(pair.nodes_g, pair.nodes_h)
             assert explanation.plan[block].sum() == pytest.approx(pair.flow, rel=1e-12)
+            # nodes sharing a row split its flow evenly (in proportion to their equal masses)
+            np.testing.assert_allclose(explanation.plan[block], pair.flow / explanation.plan[block].size, rtol=1e-12)
             assert np.all(explanation.costs[block] == pair.cost)
             squares = sum((diff.weight_g - diff.weight_h) ** 2 for diff in pair.differences)
             assert np.sqrt(squares) == pytest.approx(pair.cost, rel=1e-12)
 
 
-def render(tree) -> str:
-    """A reference tree ``(label, children)`` as the decoder writes it: ``label(child,...)``."""
+def render(tree, edges: bool = False) -> str:
+    """A reference tree ``(label, children)`` as the decoder writes it: ``label(child,...)``;
+    with ``edges`` each child is ``(e, subtree)``, written ``[e]subtree``."""
     label, children = tree
-    return str(label) + ("(" + ",".join(sorted(render(c) for c in children)) + ")" if children else "")
+
+    def child(c) -> str:
+        return f"[{c[0]}]" + render(c[1], True) if edges else render(c)
+
+    return str(label) + ("(" + ",".join(sorted(child(c) for c in children)) + ")" if children else "")
 
 
 def as_reference(data):
     edges = data.edge_index.numpy().T.tolist()
+    if "edge_label" in data:
+        return data.num_nodes, edges, data.node_label.tolist(), data.edge_label.tolist()
     return data.num_nodes, edges, data.node_label.tolist()
 
 
+def with_edge_labels(data, seed: int):
+    """``data`` with an edge label in 0..2 on each edge, the same both ways."""
+    u, v = data.edge_index
+    low, high = torch.minimum(u, v), torch.maximum(u, v)
+    data.edge_label = (low * 7 + high * 3 + seed) % 3
+    return data
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), d=st.integers(0, 3), k=st.integers(0, 2), paths=st.sampled_from(["split", "all"]))
-def test_plan_costs_and_decoded_paths_match_the_naive_reference(seed, d, k, paths):
+@given(
+    seed=st.integers(0, 10_000),
+    d=st.integers(0, 3),
+    k=st.integers(0, 2),
+    paths=st.sampled_from(["split", "all"]),
+    edge_labels=st.booleans(),
+)
+def test_plan_costs_and_decoded_paths_match_the_naive_reference(seed, d, k, paths, edge_labels):
     graphs = random_graphs(4, seed, min_nodes=3, max_nodes=9)
+    if edge_labels:
+        graphs = [with_edge_labels(g, seed) for g in graphs]
     # Fitted on two other graphs: the pair's unseen trees and paths get fresh IDs, decoded too.
-    model = MWSP(d=d, k=k, paths=paths, n_jobs=1).fit(graphs[:2])
+    model = MWSP(d=d, k=k, paths=paths, n_jobs=1, edge_labels=edge_labels).fit(graphs[:2])
     G, H = graphs[2], graphs[3]
     explanation = explain(model, G, H, top=3)
     rows_g, rows_h = feature_rows([as_reference(G), as_reference(H)], d, k, paths)
@@ -95,9 +120,11 @@ def test_plan_costs_and_decoded_paths_match_the_naive_reference(seed, d, k, path
         return
     check_optimal_plan(explanation, explanation.distance)
     # Decoded differences against the reference's own path representations, by name.
-    (num_g, edges_g, labels_g), (num_h, edges_h, labels_h) = as_reference(G), as_reference(H)
+    reference_g, reference_h = as_reference(G), as_reference(H)
 
-    def named_row(num, edges, labels, v):
+    def named_row(graph, v):
+        num, edges, labels = graph[:3]
+        elab = edge_label_map(edges, graph[3]) if len(graph) > 3 else None
         adj = adjacency(num, edges)
         all_paths = shortest_paths(adj, v, d)
         sigma = {}
@@ -106,13 +133,18 @@ def test_plan_costs_and_decoded_paths_match_the_naive_reference(seed, d, k, path
         row = {}
         for s in range(k + 1):
             for p in all_paths:
-                key = (s, "-".join(render(tree(adj, labels, w, s)) for w in p))
+                edges_on = elab is not None
+                name = render(tree(adj, labels, p[0], s, elab), edges_on)
+                for u, w in zip(p[:-1], p[1:], strict=True):
+                    step = f"-[{elab[(u, w)]}]-" if edges_on else "-"
+                    name += step + render(tree(adj, labels, w, s, elab), edges_on)
+                key = (s, name)
                 row[key] = row.get(key, 0.0) + (1.0 / sigma[p[-1]] if paths == "split" else 1.0)
         return row
 
     for pair in explanation.pairs:
-        row_g = named_row(num_g, edges_g, labels_g, pair.nodes_g[0])
-        row_h = named_row(num_h, edges_h, labels_h, pair.nodes_h[0])
+        row_g = named_row(reference_g, pair.nodes_g[0])
+        row_h = named_row(reference_h, pair.nodes_h[0])
         expected = {
             key: (row_g.get(key, 0.0), row_h.get(key, 0.0))
             for key in set(row_g) | set(row_h)
@@ -131,6 +163,7 @@ def test_same_input_same_explanation(mutag):
     for other in runs[1:]:
         np.testing.assert_array_equal(other.plan, runs[0].plan)
         np.testing.assert_array_equal(other.node_share_g, runs[0].node_share_g)
+        np.testing.assert_array_equal(other.node_share_h, runs[0].node_share_h)
         assert other.pairs == runs[0].pairs and other.distance == runs[0].distance
 
 
@@ -258,3 +291,35 @@ def test_cli_explain_prints_draws_and_writes(fixture_root, cache_dir, tmp_path, 
     with pytest.raises(SystemExit):
         main([*argv, "--graphs", "0", "1", "--top", "-2"])
     assert "--top must be >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["node", "multiscale"])
+def test_attribute_columns_are_named_apart_from_the_paths(mode):
+    graphs = random_graphs(4, 11, min_nodes=3, max_nodes=8)
+    for i, g in enumerate(graphs):
+        g.node_attr = torch.arange(2 * g.num_nodes, dtype=torch.float64).reshape(-1, 2) * (i + 1) % 5
+    model = MWSP(d=1, k=0, attributes=mode, beta=0.5, n_jobs=1).fit(graphs)
+    explanation = explain(model, graphs[0], graphs[3], top=10)
+    check_optimal_plan(explanation, model.distances_[0, 3])
+    rows, ptr = model.node_features()
+    plain, plain_ptr = MWSP(d=1, k=0, n_jobs=1).fit(graphs).node_features()  # the path columns alone
+    attribute_columns = 2 * (2 if mode == "multiscale" else 1)
+    assert explanation.pairs
+    for pair in explanation.pairs:
+        g, h = ptr[0] + pair.nodes_g[0], ptr[3] + pair.nodes_h[0]
+        row_g, row_h = rows[g].toarray()[0], rows[h].toarray()[0]
+        on_attributes = [diff for diff in pair.differences if diff.scale == -1]
+        on_paths = [diff for diff in pair.differences if diff.scale >= 0]
+        for diff in on_attributes:  # "attribute j" or "attribute j, mean at distance r": column r * 2 + j
+            words = diff.path.replace(",", "").split()
+            column = int(words[-1]) * 2 + int(words[1]) if "distance" in diff.path else int(words[1])
+            assert column < attribute_columns
+            assert (diff.weight_g, diff.weight_h) == (row_g[column], row_h[column])
+        squares = sum((diff.weight_g - diff.weight_h) ** 2 for diff in on_attributes)
+        assert squares == pytest.approx(((row_g - row_h)[:attribute_columns] ** 2).sum(), rel=1e-12, abs=1e-15)
+        # the rest are the label-only rows' paths, decoded as such ("0-1"), not shifted columns
+        assert all(diff.scale == 0 and all(p.isdigit() for p in diff.path.split("-")) for diff in on_paths)
+        plain_g = plain[plain_ptr[0] + pair.nodes_g[0]].toarray()[0]
+        plain_h = plain[plain_ptr[3] + pair.nodes_h[0]].toarray()[0]
+        squares = sum((diff.weight_g - diff.weight_h) ** 2 for diff in on_paths)
+        assert squares == pytest.approx(((plain_g - plain_h) ** 2).sum(), rel=1e-12, abs=1e-15)

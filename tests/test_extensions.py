@@ -151,6 +151,34 @@ def test_defaults_off_ignore_edge_labels_and_attributes():
     assert np.array_equal(MWSP(d=2, k=1).fit(graphs).distances_, MWSP(d=2, k=1).fit(bare).distances_)
 
 
+@pytest.mark.parametrize("mode", ["node", "multiscale"])
+def test_rows_are_the_attribute_columns_then_the_label_only_rows(mode):
+    """``beta * a(v)`` in columns ``0 .. w - 1`` (``w``: 3 attributes, times d + 1 for
+    multiscale), the label-only ``phi(v)`` right after them, column for column."""
+    graphs = _dataset()
+    rows = MWSP(d=2, k=1, attributes=mode, beta=0.7).fit(graphs).features_.toarray()
+    plain = MWSP(d=2, k=1).fit(graphs).features_.toarray()
+    width = 3 * (3 if mode == "multiscale" else 1)
+    assert rows.shape == (plain.shape[0], width + plain.shape[1])
+    np.testing.assert_array_equal(rows[:, width:], plain)
+    stacked = np.concatenate([g.node_attr.numpy() for g in graphs])
+    standard = (stacked - stacked.mean(0)) / stacked.std(0)
+    np.testing.assert_allclose(rows[:, :3], 0.7 * standard, rtol=1e-12, atol=1e-15)
+
+
+def test_a_constant_attribute_column_is_only_centred():
+    """A column equal to 0.1 on every training node is centred to exact zeros (not divided by
+    its rounded deviation): a new graph's 0.2 then moves its rows by beta * 0.1."""
+    graphs = _dataset()
+    for g in graphs:
+        g.node_attr = torch.full((g.num_nodes, 1), 0.1, dtype=torch.float64)
+    model = MWSP(d=1, k=0, attributes="node", beta=2.0).fit(graphs)
+    assert not model.features_[:, 0].toarray().any()
+    shifted = graphs[0].clone()
+    shifted.node_attr = torch.full((shifted.num_nodes, 1), 0.2, dtype=torch.float64)
+    assert model.cross_distances([shifted])[0, 0] == pytest.approx(2.0 * 0.1, rel=1e-12)
+
+
 def test_transform_reads_new_graphs_with_the_fitted_standardisation():
     graphs = _dataset()
     model = MWSP(d=2, k=1, attributes="multiscale", beta=0.7, edge_labels=True).fit(graphs)
@@ -193,6 +221,7 @@ def _edge_case(edge_index, n=3, **fields):
         ({"edge_attr": torch.tensor([[np.nan], [1.0]])}, "graph 1: edge_attr has values that are not whole numbers"),
         ({"edge_label": torch.tensor([0, 1])}, r"graph 1: edge 0-1 is listed with two edge labels \(0 and 1\)"),
         ({"edge_label": torch.tensor([[0, 1], [0, 1]])}, "graph 1: edge labels have 2 columns"),
+        ({"edge_label": torch.tensor([2.0, 2.0])}, "graph 1: edge_label must be an integer tensor, got float32"),
     ],
 )
 def test_bad_edge_labels_name_the_graph(fields, message):
