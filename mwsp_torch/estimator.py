@@ -132,7 +132,8 @@ class MWSP(TransformerMixin, BaseEstimator):
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
         features_ (scipy.sparse.csr_matrix): each training node's row, the point its graph's
             measure puts mass on: ``phi(v)``, or with ``attributes`` ``beta * a(v)`` in columns
-            ``0 .. w - 1`` (``w`` attributes, times ``d + 1`` for ``"multiscale"``) followed by ``phi(v)`` (nodes in graph order; the ground
+            ``0 .. w - 1`` (``w`` attributes, times ``d + 1`` for ``"multiscale"``) followed by
+            ``phi(v)`` (nodes in graph order; the ground
             cost between two rows is their Euclidean distance). :meth:`node_rows` gives the
             same rows for any graphs.
         attribute_mean_, attribute_scale_ (np.ndarray or None): the standardisation of the

@@ -218,7 +218,10 @@ class _Decoder:
         head, elements = _chain(self.paths, column)
         text = self.tree(elements[0])
         for element in elements[1:]:
-            text += f"-[{-2 - element}]-" if element <= -2 else ("" if text.endswith("]-") else "-") + self.tree(element)
+            if element <= -2:  # an edge label's key, before the next node's tree
+                text += f"-[{-2 - element}]-"
+            else:
+                text += ("" if text.endswith("]-") else "-") + self.tree(element)
         return -1 - head, text
 
 
