@@ -192,6 +192,14 @@ def test_transform_reads_new_graphs_with_the_fitted_standardisation():
     np.testing.assert_array_equal(new_rows.toarray(), rows[: ptr[1]].toarray()[:, : new_rows.shape[1]])
 
 
+def test_new_graphs_with_another_attribute_width_are_refused():
+    model = MWSP(d=1, attributes="node").fit(_dataset())  # 3 attributes a node
+    narrow = _dataset()[0].clone()
+    narrow.node_attr = narrow.node_attr[:, :2]
+    with pytest.raises(ValueError, match="the graphs have 2 attribute columns, the fitted graphs had 3"):
+        model.transform([narrow])
+
+
 def test_changed_extension_after_fit_is_refused():
     model = MWSP(d=1, edge_labels=True).fit(_dataset())
     model.set_params(edge_labels=False)
