@@ -69,7 +69,7 @@ from mwsp_torch.gnn import (  # noqa: E402
 )
 from mwsp_torch.kernel import laplacian_kernel  # noqa: E402
 from mwsp_torch.labels import to_graph_set  # noqa: E402
-from mwsp_torch.splits import OuterSplits, ensure_splits  # noqa: E402
+from mwsp_torch.splits import OuterSplits, ensure_splits, sha256_of  # noqa: E402
 
 METHODS = ("mwsp", "wl", "sp", "gin", "baseline", "gin_tree_ids", "kernel_fusion")
 NEURAL = ("gin", "baseline", "gin_tree_ids")
@@ -269,10 +269,11 @@ def chosen_folds(splits: OuterSplits, args) -> list:
     return [(f, splits.folds[f]) for f in wanted if f < len(splits.folds)]
 
 
-def claim(path: Path) -> bool:
+def claim(path: Path, force: bool = False) -> bool:
     """Take the cell for this process (a ``.lock`` file naming its pid), so that two runs of
-    the script share the work; False while another live process holds it. A lock whose
-    process is gone (a killed run) is taken over."""
+    the script share the work; False while another live process holds it, or when the cell
+    was finished by another run meanwhile (unless ``force``). A lock whose process is gone
+    (a killed run), or that names no process (a run killed while writing it), is taken over."""
     lock = path.with_suffix(".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -280,15 +281,20 @@ def claim(path: Path) -> bool:
     except FileExistsError:
         try:
             pid = int(lock.read_text() or 0)
-            os.kill(pid, 0)
-            if pid != os.getpid():
-                return False
+            if pid > 0 and pid != os.getpid():
+                os.kill(pid, 0)
+                return False  # a live process holds it
+        except PermissionError:  # alive, under another user
+            return False
         except (ValueError, ProcessLookupError, FileNotFoundError):
             pass
         lock.write_text(str(os.getpid()))
-        return True
-    os.write(handle, str(os.getpid()).encode())
-    os.close(handle)
+    else:
+        os.write(handle, str(os.getpid()).encode())
+        os.close(handle)
+    if path.is_file() and not force:  # finished by another run between its check and this claim
+        release(path)
+        return False
     return True
 
 
@@ -387,7 +393,7 @@ def run_mwsp(name, graphs, y, splits: OuterSplits, profile, args) -> None:
         "split_sha256": splits.sha256,
     }
     path = cell_path(args, name, "mwsp", None)
-    if read_cell(path, request, args.force) is not None or not claim(path):
+    if read_cell(path, request, args.force) is not None or not claim(path, args.force):
         return
     ws, kernel_seconds = {}, 0.0
     for d, k in profile["mwsp"]:
@@ -437,7 +443,7 @@ def run_grakel(name, method, graphs, y, splits: OuterSplits, profile, args) -> N
     for f, fold in tqdm(chosen_folds(splits, args), desc=f"{name} {method}", disable=args.quiet):
         request = {"h": hs, "Cs": profile["Cs"], "seed": args.seed, "split_sha256": splits.sha256}
         path = cell_path(args, name, method, f)
-        if read_cell(path, request, args.force) is not None or not claim(path):
+        if read_cell(path, request, args.force) is not None or not claim(path, args.force):
             continue
         if kernels is None:
             kernels = {}
@@ -518,7 +524,7 @@ def run_neural(name, method, graphs, y, splits: OuterSplits, profile, args) -> N
             "split_sha256": splits.sha256,
         }
         path = cell_path(args, name, method, f)
-        if read_cell(path, request, args.force) is not None or not claim(path):
+        if read_cell(path, request, args.force) is not None or not claim(path, args.force):
             continue
         start = time.perf_counter()
         # The vocabulary (one-hot width, tree embeddings) comes from the training fold only.
@@ -627,7 +633,7 @@ def run_fusion(name, graphs, y, splits: OuterSplits, profile, args) -> None:
             "split_sha256": splits.sha256,
         }
         path = cell_path(args, name, "kernel_fusion", f)
-        if read_cell(path, request, args.force) is not None or not claim(path):
+        if read_cell(path, request, args.force) is not None or not claim(path, args.force):
             continue
         gin_path = cell_path(args, name, "gin", f)
         if not gin_path.is_file():  # K_gin needs the fold's GIN
@@ -751,8 +757,14 @@ def collect(args, names) -> list[dict]:
                 cells = [json.loads(p.read_text()) for p in paths]
                 accs = [c["accuracy"] for c in cells]
             hashes = {c["split_sha256"] for c in cells}
-            if len(hashes) != 1:
-                raise SystemExit(f"{name} {method}: cells from different split files {sorted(hashes)}")
+            if hashes != {sha256_of(folds_file)}:
+                raise SystemExit(
+                    f"{name} {method}: cells from split files {sorted(hashes)}, not {folds_file} "
+                    f"({sha256_of(folds_file)}): rerun them (--force)"
+                )
+            requests = {json.dumps(c.get("request"), sort_keys=True) for c in cells}
+            if len(requests) != 1:
+                raise SystemExit(f"{name} {method}: its folds were run with different requests {sorted(requests)}")
             total = {
                 key: float(sum(c[key] for c in cells))
                 for key in ("seconds_kernel", "seconds_selection", "seconds_training")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -191,3 +193,26 @@ def test_row_notes_name_partial_rows_the_gap_to_errica_and_different_inputs(monk
     assert "-5.0 points from Errica et al.'s 60.0" in partial
     assert partial.endswith("their inputs differ")
     assert "ENZYMES" in gnn_vs_kernel.ERRICA_INPUTS  # their 21 features against our 3 labels
+
+
+def test_cell_locks_share_work_and_recover_from_killed_runs(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    sys.modules.pop("gnn_vs_kernel", None)
+    import gnn_vs_kernel
+
+    cell = tmp_path / "MUTAG" / "gin" / "fold-0.json"
+    lock = cell.with_suffix(".lock")
+    assert gnn_vs_kernel.claim(cell) and lock.read_text() == str(os.getpid())
+    assert gnn_vs_kernel.claim(cell)  # this process holds it already
+    lock.write_text("1")  # a live process (init) holds it
+    assert not gnn_vs_kernel.claim(cell)
+    lock.write_text("")  # a run killed while writing its lock
+    assert gnn_vs_kernel.claim(cell) and lock.read_text() == str(os.getpid())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(str(dead.pid))  # a run killed since
+    assert gnn_vs_kernel.claim(cell)
+    gnn_vs_kernel.release(cell)
+    cell.write_text("{}")  # finished by another run between its check and the claim
+    assert not gnn_vs_kernel.claim(cell) and not lock.exists()
+    assert gnn_vs_kernel.claim(cell, force=True)
