@@ -219,8 +219,9 @@ def check_outer_folds(outer_folds, y: np.ndarray, n_inner: int) -> list[tuple[np
             part = _as_array(part)
             if part.ndim != 1 or len(part) == 0 or part.dtype.kind not in "iu":
                 raise ValueError(f"outer_folds[{f}]'s {name} must be a non-empty 1-D array of integer indices")
-            if part.min() < 0 or part.max() >= n:
-                raise ValueError(f"outer_folds[{f}]'s {name} has index {int(part.max())}, outside 0..{n - 1}")
+            outside = part[(part < 0) | (part >= n)]
+            if len(outside):
+                raise ValueError(f"outer_folds[{f}]'s {name} has index {int(outside[0])}, outside 0..{n - 1}")
             if len(np.unique(part)) != len(part):
                 raise ValueError(f"outer_folds[{f}]'s {name} repeats an index")
             parts.append(part.astype(np.int64))
@@ -569,8 +570,17 @@ def paper_protocol(
     if not _is_seed(seed):
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
     distances = _check_distances(distances, len(y), "distances")
-    check_folds(y, n_splits, "n_splits")
     _check_n_jobs(n_jobs)
+    check_folds(y, n_splits, "n_splits")
+    try:
+        check_inner_folds(y, n_splits, 5)
+    except ValueError:
+        classes, counts = np.unique(y, return_counts=True)
+        kept = counts - -(-counts // n_splits)
+        raise ValueError(
+            f"the paper protocol's 5 inner folds need every class to keep 5 graphs in each training fold, but "
+            f"class {classes[int(np.argmin(kept))].item()!r} keeps as few as {kept.min()} with n_splits={n_splits}"
+        ) from None
     kernels = _Kernels({None: distances}, svm, krein, svm_solver)
     # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
     # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
@@ -604,6 +614,30 @@ def paper_protocol(
         "svm_solver": svm_solver,
         "seed": seed,
     }
+
+
+def check_setting_keys(distances) -> None:
+    """``distances`` must be a non-empty mapping keyed by ``(d, k)`` (integers ``>= 0``), or
+    by ``(d, k, beta)`` (``beta > 0``, a grid over the attributes' weight), not both."""
+    if not isinstance(distances, Mapping):
+        raise ValueError(f"distances must be a mapping {{(d, k): W}}, got {type(distances).__name__}")
+    if len(distances) == 0:
+        raise ValueError("distances is empty: give W for at least one (d, k)")
+    for key in distances:
+        if not (
+            isinstance(key, tuple)
+            and len(key) in (2, 3)
+            and all(is_integer(v) and v >= 0 for v in key[:2])
+            and (len(key) == 2 or is_positive_number(key[2]))
+        ):
+            raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
+    if len({len(key) for key in distances}) > 1:
+        raise ValueError("distances keys must all be (d, k) or all (d, k, beta), not both")
+
+
+def selected_setting(seed: int, key: tuple, lam: float, C: float) -> dict:
+    """One fold's selection as the protocols record it: ``seed, d, k[, beta], lam, C``."""
+    return {"seed": seed, "d": key[0], "k": key[1], **({"beta": key[2]} if len(key) == 3 else {}), "lam": lam, "C": C}
 
 
 def nested_folds(
@@ -687,21 +721,7 @@ def nested_protocol(
     if seeds is None:
         seeds = (0,) if outer_folds is not None else tuple(range(10))
     seeds = check_seeds(seeds)
-    if not isinstance(distances, Mapping):
-        raise ValueError(f"distances must be a mapping {{(d, k): W}}, got {type(distances).__name__}")
-    if len(distances) == 0:
-        raise ValueError("distances is empty: give W for at least one (d, k)")
-    for key in distances:
-        # (d, k), or (d, k, beta) where the grid includes the attributes' weight beta
-        if not (
-            isinstance(key, tuple)
-            and len(key) in (2, 3)
-            and all(is_integer(v) and v >= 0 for v in key[:2])
-            and (len(key) == 2 or is_positive_number(key[2]))
-        ):
-            raise ValueError(f"distances keys must be (d, k) pairs of integers >= 0, got {key!r}")
-    if len({len(key) for key in distances}) > 1:
-        raise ValueError("distances keys must all be (d, k) or all (d, k, beta), not both")
+    check_setting_keys(distances)
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
     _check_n_jobs(n_jobs)
     if outer_folds is not None:
@@ -723,8 +743,7 @@ def nested_protocol(
     scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")
     folds = [acc for acc, _ in scored]
     selected = [
-        {"seed": seed, "d": key[0], "k": key[1], **({"beta": key[2]} if len(key) == 3 else {}), "lam": lam, "C": C}
-        for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
+        selected_setting(seed, key, lam, C) for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
     ]
     return {
         "protocol": "nested",

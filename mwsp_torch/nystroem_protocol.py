@@ -45,9 +45,11 @@ from mwsp_torch.evaluation import (
     check_inner_folds,
     check_labels,
     check_seeds,
+    check_setting_keys,
     majority_rate,
     nested_folds,
     repetition_summary,
+    selected_setting,
 )
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.nystroem import nystroem_normalization
@@ -190,9 +192,16 @@ def nystroem_protocol(
         raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}")
     check_folds(y, n_outer, "n_outer")
     check_inner_folds(y, n_outer, n_inner)
-    pool = np.arange(n) if pool is None else np.asarray(pool, dtype=np.int64)
-    if not isinstance(distances, Mapping) or not distances:
-        raise ValueError("distances must be a non-empty mapping {(d, k): W}")
+    if pool is None:
+        pool = np.arange(n)
+    else:
+        pool = np.asarray(pool)
+        if pool.ndim != 1 or pool.dtype.kind not in "iu" or len(np.unique(pool)) != len(pool):
+            raise ValueError("pool must be a 1-D array of distinct graph indices (integers)")
+        if len(pool) and (pool.min() < 0 or pool.max() >= n):
+            raise ValueError(f"pool holds index {int(pool[(pool < 0) | (pool >= n)][0])}, outside 0..{n - 1}")
+        pool = pool.astype(np.int64)
+    check_setting_keys(distances)
     for key, w in distances.items():
         if np.shape(w) != (n, len(pool)):
             raise ValueError(f"distances[{key!r}] has shape {np.shape(w)}, expected [n, p] = [{n}, {len(pool)}]")
@@ -224,7 +233,7 @@ def nystroem_protocol(
         accuracies.append(
             100.0 * _accuracy(phi, y[rows], positions[: len(train)], positions[len(train) :], Cs[c], stats)
         )
-        selected.append({"seed": seed, "d": keys[a][0], "k": keys[a][1], "lam": lams[b], "C": Cs[c]})
+        selected.append(selected_setting(seed, keys[a], lams[b], Cs[c]))
         landmarks.append(chosen.tolist())
         dropped.append(fold_dropped)
     return {

@@ -262,6 +262,14 @@ def _check_cs(Cs) -> np.ndarray:
     return cs
 
 
+def _check_inputs(k_train: np.ndarray, k_test: np.ndarray, tol: float) -> None:
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    for name, kernel in (("k_train", k_train), ("k_test", k_test)):
+        if not np.isfinite(kernel).all():
+            raise ValueError(f"{name} holds NaN or infinite values")
+
+
 def decision_path(
     k_train: np.ndarray, signs: np.ndarray, k_test: np.ndarray, Cs: Sequence[float], tol: float = 1e-3
 ) -> np.ndarray:
@@ -282,6 +290,9 @@ def decision_path(
     k_train = np.ascontiguousarray(k_train, dtype=np.float64)
     y = np.ascontiguousarray(signs, dtype=np.float64)
     n = len(y)
+    if not (np.isin(y, (-1.0, 1.0)).all() and (y > 0).any() and (y < 0).any()):
+        raise ValueError("signs must be +1 / -1, both present")
+    _check_inputs(k_train, k_test, tol)
     alpha = np.zeros(n)
     gradient = None  # G = Q alpha - e, set by the first (cold) solve
     max_iter = max(10_000_000, 100 * n)  # libsvm's (scikit-learn passes -1: none)
@@ -339,7 +350,8 @@ def predict_path(
         ``[len(Cs), m]`` predicted labels (values of ``y_train``), in the order of ``Cs``.
 
     Raises:
-        ValueError: for mismatched shapes, one class, or a bad ``C`` grid.
+        ValueError: for mismatched shapes, one class, a kernel with NaN or infinite values,
+            ``tol <= 0``, or a bad ``C`` grid.
     """
     y_train = np.asarray(y_train)
     k_train, k_test = np.asarray(k_train), np.asarray(k_test)
@@ -349,6 +361,7 @@ def predict_path(
             f"k_train must be [{n}, {n}] and k_test [m, {n}] for {n} training labels, "
             f"got {k_train.shape} and {k_test.shape}"
         )
+    _check_inputs(k_train, k_test, tol)
     classes, index = np.unique(y_train, return_inverse=True)
     if len(classes) < 2:
         raise ValueError(f"y_train has one class ({classes[0]!r}): an SVM needs two")

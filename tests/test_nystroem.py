@@ -184,6 +184,8 @@ def test_the_protocol_features_are_the_transformer_features(protocol_w):
         ({"lams": ()}, "lams is empty: give at least one value"),
         ({"seeds": (1, 1)}, "seeds must differ"),
         ({"pool": np.arange(39)}, r"expected \[n, p\] = \[40, 39\]"),
+        ({"pool": np.r_[np.arange(39), -1]}, r"pool holds index -1, outside 0..39"),
+        ({"pool": np.r_[np.arange(39), 0]}, "pool must be a 1-D array of distinct graph indices"),
     ],
 )
 def test_the_protocol_refuses_bad_input(protocol_w, kwargs, message):
@@ -192,3 +194,13 @@ def test_the_protocol_refuses_bad_input(protocol_w, kwargs, message):
     args = {**PROTOCOL, "n_components": 6, **kwargs}
     with pytest.raises(ValueError, match=message):
         nystroem_protocol({(2, 0): protocol_w}, PROTOCOL_Y, **args)
+
+
+def test_the_protocol_reads_beta_settings_and_refuses_other_keys(protocol_w):
+    from mwsp_torch.nystroem_protocol import nystroem_protocol
+
+    args = {**PROTOCOL, "n_components": 6}
+    result = nystroem_protocol({(2, 0, 0.5): protocol_w, (2, 0, 2.0): protocol_w}, PROTOCOL_Y, **args)
+    assert all(s["beta"] in (0.5, 2.0) for s in result["selected"])  # the weight chosen, recorded
+    with pytest.raises(ValueError, match="distances keys must be"):
+        nystroem_protocol({"junk": protocol_w}, PROTOCOL_Y, **args)

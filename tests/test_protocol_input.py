@@ -273,3 +273,11 @@ def test_nested_inner_folds_must_fit_every_training_fold():
     assert len(result["fold_accuracies"]) == 5
     with pytest.raises(ValueError, match="n_inner must be an integer >= 2, got 1"):
         nested_protocol({(2, 0): W}, y_small, lams=(1.0,), Cs=(1.0,), seeds=(0,), n_outer=5, n_inner=1)
+
+
+def test_paper_protocol_refuses_classes_too_small_for_its_five_inner_folds():
+    w, _ = points_distances(0)
+    y = np.zeros(40, dtype=int)
+    y[:5] = 1  # 5 graphs of class 1: a training fold keeps 4 of them, fewer than 5 inner folds need
+    with pytest.raises(ValueError, match="paper protocol's 5 inner folds need every class to keep 5 graphs"):
+        paper_protocol(w, y, n_splits=5, **GRID)

@@ -58,6 +58,31 @@ def test_the_path_equals_one_solve_per_c():
         assert np.abs(path[c] - alone).max() <= 2e-3 * max(1.0, np.abs(alone).max())
 
 
+def test_warm_starts_are_taken_and_each_equals_libsvm(monkeypatch):
+    """Small Cs put every alpha at its bound, so each next C starts from the scaled solution
+    (an SMO call with no iteration budget): those solutions must be libsvm's too."""
+    import mwsp_torch.svm as svm
+
+    k, y = _problem(5, gamma=2.0)
+    train, test = np.arange(90), np.arange(90, 120)
+    signs = np.where(y[train] == 0, 1.0, -1.0)
+    cs = np.logspace(-6, 0, 7)  # up to Cs where the scaled solution is no longer optimal
+    warm = []
+    solve = svm._smo
+
+    def counted(*args):
+        warm.append(args[-1] == 0)
+        return solve(*args)
+
+    monkeypatch.setattr(svm, "_smo", counted)
+    values = decision_path(k[np.ix_(train, train)], signs, k[np.ix_(test, train)], cs)
+    assert sum(warm) >= 3, warm
+    for c, C in enumerate(cs):
+        model = SVC(kernel="precomputed", C=C).fit(k[np.ix_(train, train)], y[train])
+        reference = -model.decision_function(k[np.ix_(test, train)])
+        assert np.abs(values[c] - reference).max() <= 2e-3 * max(1.0, np.abs(reference).max()), C
+
+
 def test_the_grid_order_does_not_matter():
     k, y = _problem(5)
     forward = predict_path(k, y, k, CS)
@@ -80,11 +105,22 @@ def test_labels_keep_their_values():
         ((np.eye(3), np.array([1, 1, 1]), np.eye(3), [1.0]), "one class"),
         ((np.eye(3), np.array([0, 1, 0]), np.eye(3), [0.0]), "Cs must be"),
         ((np.eye(3), np.array([0, 1, 0]), np.eye(3), []), "Cs must be"),
+        ((np.full((3, 3), np.nan), np.array([0, 1, 0]), np.eye(3), [1.0]), "k_train holds NaN"),
+        ((np.eye(3), np.array([0, 1, 0]), np.full((2, 3), np.inf), [1.0]), "k_test holds NaN or infinite"),
     ],
 )
 def test_bad_input_is_refused(args, message):
     with pytest.raises(ValueError, match=message):
         predict_path(*args)
+
+
+def test_decision_path_refuses_labels_other_than_signs_and_a_bad_tolerance():
+    with pytest.raises(ValueError, match="signs must be"):
+        decision_path(np.eye(3), np.array([0.0, 1.0, 0.0]), np.eye(3), [1.0])
+    with pytest.raises(ValueError, match="signs must be"):
+        decision_path(np.eye(3), np.ones(3), np.eye(3), [1.0])
+    with pytest.raises(ValueError, match="tol must be"):
+        predict_path(np.eye(3), np.array([0, 1, 0]), np.eye(3), [1.0], tol=-1e-3)
 
 
 @pytest.fixture(scope="module")
