@@ -503,15 +503,16 @@ def _close(client) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
+    # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet, for every
+    # subcommand (`explain` imports POT, which imports geomloss and so pykeops).
+    os.environ.setdefault("KEOPS_VERBOSE", "0")
+    os.environ.setdefault("PYKEOPS_VERBOSE", "0")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "explain":
         return _explain(parser, args)
     _check_args(parser, args)
-    # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
-    # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet.
-    os.environ.setdefault("KEOPS_VERBOSE", "0")
-    os.environ.setdefault("PYKEOPS_VERBOSE", "0")
     args.client = None
     try:
         if args.scheduler is not None or args.dask_workers is not None:

@@ -241,6 +241,16 @@ def test_cli_quiets_pykeops_on_its_stdout(monkeypatch, capsys, tmp_path):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("command", [["explain", "--graphs", "0", "1"], ["distances", "--out", "w.npy"]])
+def test_cli_quiets_pykeops_in_every_subcommand(monkeypatch, command):
+    """`explain` returned before the variables were set, and POT imports geomloss, whose
+    pykeops then wrote its CUDA warning on the command's stdout."""
+    monkeypatch.delenv("PYKEOPS_VERBOSE", raising=False)
+    monkeypatch.delenv("KEOPS_VERBOSE", raising=False)
+    assert main([command[0], "--dataset", "MUTAG", "--root", "/nonexistent", *command[1:]]) == 2
+    assert os.environ.get("PYKEOPS_VERBOSE") == "0" and os.environ.get("KEOPS_VERBOSE") == "0"
+
+
 def test_cli_summary_says_what_its_std_is_over():
     """The paper protocol's std is over folds; the nested one's over repetitions' means, and
     with one repetition (where that is 0) over its folds."""
