@@ -509,6 +509,21 @@ def train_setting(method, setting, seed, vocabulary, inner, valid, num_classes, 
     return model, log
 
 
+def fold_inputs(name, graphs, y, fold, k: int):
+    """``(vocabulary, data, inner, valid, test)`` of one outer fold: the vocabulary (one-hot
+    width, tree embeddings at scales ``0..k``) comes from the training fold only."""
+    vocabulary = TreeIDVocabulary(k=k, labels=neural_labels(name)).fit([graphs[i] for i in fold.train])
+    data = tree_id_inputs(graphs, y, vocabulary)
+    parts = (fold.inner_train, fold.validation, fold.test)
+    return (vocabulary, data, *([data[i] for i in part] for part in parts))
+
+
+def save_embeddings(path: Path, model, data, args) -> None:
+    """A gin cell's first model's embeddings of every graph, beside the cell (the kernel
+    fusion's ``K_gin``)."""
+    np.save(path.with_suffix(".embeddings.npy"), graph_embeddings(model, data, args.device).astype(np.float32))
+
+
 def run_neural(name, method, graphs, y, splits: OuterSplits, profile, args) -> None:
     grid = profile["baseline"] if method == "baseline" else profile["gnn"]
     candidates = settings(grid)
@@ -527,12 +542,7 @@ def run_neural(name, method, graphs, y, splits: OuterSplits, profile, args) -> N
         if read_cell(path, request, args.force) is not None or not claim(path, args.force):
             continue
         start = time.perf_counter()
-        # The vocabulary (one-hot width, tree embeddings) comes from the training fold only.
-        vocabulary = TreeIDVocabulary(k=k, labels=neural_labels(name)).fit([graphs[i] for i in fold.train])
-        data = tree_id_inputs(graphs, y, vocabulary)
-        inner = [data[i] for i in fold.inner_train]
-        valid = [data[i] for i in fold.validation]
-        test = [data[i] for i in fold.test]
+        vocabulary, data, inner, valid, test = fold_inputs(name, graphs, y, fold, k)
 
         runs = []
         for s, setting in enumerate(candidates):
@@ -574,9 +584,7 @@ def run_neural(name, method, graphs, y, splits: OuterSplits, profile, args) -> N
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         if method == "gin":  # the kernel fusion's K_gin: the first run's embeddings of every graph
-            np.save(
-                path.with_suffix(".embeddings.npy"), graph_embeddings(models[0], data, args.device).astype(np.float32)
-            )
+            save_embeddings(path, models[0], data, args)
         write_cell(path, cell)
 
 
@@ -587,14 +595,12 @@ def restore_gin_embeddings(name, graphs, y, fold, gin_cell: dict, profile, args,
     """Retrain a finished gin cell's first run (its selected setting, seed ``args.seed``: the
     model whose embeddings the fusion reads) and save its embeddings. Its test accuracy must
     be the cell's first run's to 0.5 points, or the cell is not what this code trains."""
-    vocabulary = TreeIDVocabulary(k=0, labels=neural_labels(name)).fit([graphs[i] for i in fold.train])
-    data = tree_id_inputs(graphs, y, vocabulary)
-    inner, valid = [data[i] for i in fold.inner_train], [data[i] for i in fold.validation]
+    vocabulary, data, inner, valid, test = fold_inputs(name, graphs, y, fold, 0)
     desc = f"{name} gin f{gin_cell['fold']} again, for its embeddings"
     model, _ = train_setting(
         "gin", gin_cell["selected"], args.seed, vocabulary, inner, valid, int(np.max(y)) + 1, profile, args, desc
     )
-    again = accuracy(model, [data[i] for i in fold.test], args.device)
+    again = accuracy(model, test, args.device)
     if abs(again - gin_cell["run_accuracies"][0]) > 0.5:  # percent
         raise SystemExit(
             f"{gin_path}: retrained for its embeddings, its first run scores {again:.2f} % against the "
@@ -605,7 +611,7 @@ def restore_gin_embeddings(name, graphs, y, fold, gin_cell: dict, profile, args,
         f"(the cell's first run: {gin_cell['run_accuracies'][0]:.2f} %)",
         flush=True,
     )
-    np.save(gin_path.with_suffix(".embeddings.npy"), graph_embeddings(model, data, args.device).astype(np.float32))
+    save_embeddings(gin_path, model, data, args)
 
 
 def fused_kernel(ws, gin_kernels, candidate, rows, cols) -> np.ndarray:
@@ -740,6 +746,7 @@ def collect(args, names) -> list[dict]:
             continue
         split = json.loads(folds_file.read_text())
         n_folds = len(split["folds"])
+        split_sha256 = sha256_of(folds_file)
         args_profile = profile_of(name, args)
         for method in METHODS:
             if method == "mwsp":
@@ -757,10 +764,10 @@ def collect(args, names) -> list[dict]:
                 cells = [json.loads(p.read_text()) for p in paths]
                 accs = [c["accuracy"] for c in cells]
             hashes = {c["split_sha256"] for c in cells}
-            if hashes != {sha256_of(folds_file)}:
+            if hashes != {split_sha256}:
                 raise SystemExit(
                     f"{name} {method}: cells from split files {sorted(hashes)}, not {folds_file} "
-                    f"({sha256_of(folds_file)}): rerun them (--force)"
+                    f"({split_sha256}): rerun them (--force)"
                 )
             requests = {json.dumps(c.get("request"), sort_keys=True) for c in cells}
             if len(requests) != 1:

@@ -177,15 +177,22 @@ def check_inner_folds(y: np.ndarray, n_outer: int, n_inner: int) -> None:
     """
     if not is_integer(n_inner) or n_inner < 2:
         raise ValueError(f"n_inner must be an integer >= 2, got {n_inner!r}")
-    classes, counts = np.unique(y, return_counts=True)
-    kept = counts - -(-counts // n_outer)
-    if kept.min() < n_inner:
-        c = int(np.argmin(kept))
+    label, count, kept = _weakest_class(y, n_outer)
+    if kept < n_inner:
         raise ValueError(
             f"n_inner={n_inner} stratified inner folds need every class to keep {n_inner} graphs in each outer "
-            f"training fold, but class {classes[c].item()!r} ({counts[c]} graphs, n_outer={n_outer}) keeps as few as "
-            f"{kept[c]}: pass n_inner={max(kept.min(), 2)} or fewer, or more outer folds (--folds) if the classes allow"
+            f"training fold, but class {label!r} ({count} graphs, n_outer={n_outer}) keeps as few as "
+            f"{kept}: pass n_inner={max(kept, 2)} or fewer, or more outer folds (--folds) if the classes allow"
         )
+
+
+def _weakest_class(y: np.ndarray, n_outer: int) -> tuple[object, int, int]:
+    """``(label, graphs, kept)`` of the class that keeps fewest graphs in an outer training
+    fold: a stratified test fold takes at most ``ceil(count / n_outer)`` of it."""
+    classes, counts = np.unique(y, return_counts=True)
+    kept = counts - -(-counts // n_outer)
+    c = int(np.argmin(kept))
+    return classes[c].item(), int(counts[c]), int(kept[c])
 
 
 def check_outer_folds(outer_folds, y: np.ndarray, n_inner: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -572,15 +579,12 @@ def paper_protocol(
     distances = _check_distances(distances, len(y), "distances")
     _check_n_jobs(n_jobs)
     check_folds(y, n_splits, "n_splits")
-    try:
-        check_inner_folds(y, n_splits, 5)
-    except ValueError:
-        classes, counts = np.unique(y, return_counts=True)
-        kept = counts - -(-counts // n_splits)
+    label, _, kept = _weakest_class(y, n_splits)
+    if kept < 5:  # its inner StratifiedKFold(5) (the script's), not a parameter
         raise ValueError(
             f"the paper protocol's 5 inner folds need every class to keep 5 graphs in each training fold, but "
-            f"class {classes[int(np.argmin(kept))].item()!r} keeps as few as {kept.min()} with n_splits={n_splits}"
-        ) from None
+            f"class {label!r} keeps as few as {kept} with n_splits={n_splits}"
+        )
     kernels = _Kernels({None: distances}, svm, krein, svm_solver)
     # The script seeds numpy's global generator, and its folds and SVCs draw from it (each
     # SVC fit draws a libsvm seed, unused without probability estimates). The caller's
