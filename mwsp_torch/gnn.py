@@ -53,9 +53,18 @@ class TreeIDVocabulary:
     new IDs) and maps a tree seen in ``fit`` at scale ``s`` to ``1 + its rank``, any other to
     :data:`UNSEEN`. ``fit`` is the only step that changes the mapping.
 
+    With ``min_graphs > 1``, a tree at scale 1 or deeper that fewer than ``min_graphs``
+    training graphs hold maps to :data:`UNSEEN` as well. Otherwise no training node is
+    unseen, so the "unseen" embedding is never trained and a test node with a new tree gets
+    its random initial value; with rare training trees mapped there, it is trained on the
+    kind of node a new tree is. Scale 0 (the labels, the plain GIN's one-hot input) keeps
+    every label seen.
+
     Args:
         k (int): deepest scale (default ``1``).
         labels (str): label policy, as :class:`mwsp_torch.TreeIDs` (default ``"auto"``).
+        min_graphs (int): training graphs a tree at scale ``>= 1`` must appear in to get an
+            embedding of its own (default ``1``: every tree seen).
 
     Attributes:
         sizes_ (list[int]): per scale, the number of embedding rows (seen trees + 1).
@@ -63,10 +72,13 @@ class TreeIDVocabulary:
         transform_ (TreeIDs): the transform whose interning table gives the IDs.
     """
 
-    def __init__(self, k: int = 1, labels: str = "auto") -> None:
+    def __init__(self, k: int = 1, labels: str = "auto", min_graphs: int = 1) -> None:
         TreeIDs(k=k, labels=labels)  # refuses a bad k or labels now, not at fit
+        if isinstance(min_graphs, bool) or not isinstance(min_graphs, (int, np.integer)) or min_graphs < 1:
+            raise ValueError(f"min_graphs must be an integer >= 1, got {min_graphs!r}")
         self.k = k
         self.labels = labels
+        self.min_graphs = int(min_graphs)
 
     def _tree_ids(self, graphs) -> list[np.ndarray]:
         out = []
@@ -83,8 +95,14 @@ class TreeIDVocabulary:
         """Learn each scale's trees from ``graphs`` (the training graphs only); a refit starts anew."""
         self.transform_ = TreeIDs(k=self.k, labels=self.labels)
         ids = self._tree_ids(graphs)
-        stacked = np.concatenate(ids) if ids else np.zeros((0, self.k + 1), dtype=np.int64)
-        self.known_ = [np.unique(stacked[:, s]) for s in range(self.k + 1)]
+        self.known_ = []
+        for s in range(self.k + 1):
+            # Each graph's distinct trees, so that the counts are of graphs, not nodes.
+            per_graph = [np.unique(g[:, s]) for g in ids]
+            trees, graphs_holding = np.unique(
+                np.concatenate(per_graph) if per_graph else np.zeros(0, dtype=np.int64), return_counts=True
+            )
+            self.known_.append(trees if s == 0 else trees[graphs_holding >= self.min_graphs])
         self.sizes_ = [len(known) + 1 for known in self.known_]
         return self
 
@@ -105,7 +123,7 @@ class TreeIDVocabulary:
         return out
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(k={self.k}, labels={self.labels!r})"
+        return f"{self.__class__.__name__}(k={self.k}, labels={self.labels!r}, min_graphs={self.min_graphs})"
 
 
 def tree_id_inputs(graphs, y, vocabulary: TreeIDVocabulary) -> list[Data]:

@@ -114,6 +114,32 @@ def test_unseen_tree_gets_the_unseen_embedding():
     assert one_hot[3, UNSEEN] == 1 and one_hot[3].sum() == 1
 
 
+def test_rare_training_trees_train_the_unseen_embedding():
+    """With ``min_graphs=2`` a scale-1 tree held by one training graph maps to UNSEEN, so the
+    unseen row receives a gradient from training nodes; with the default it receives none.
+    Scale 0 keeps a label held by one graph."""
+    train = [
+        make_data(2, [[0, 1]], [0, 1]),
+        make_data(3, [[0, 1], [1, 2]], [0, 1, 0]),  # label 1 between two 0s: this graph only
+        make_data(2, [[0, 1]], [0, 1]),
+        make_data(2, [[0, 1]], [0, 2]),  # label 2: this graph only
+    ]
+    rare = TreeIDVocabulary(k=1, min_graphs=2).fit(train)
+    every = TreeIDVocabulary(k=1).fit(train)
+    assert rare.sizes_[0] == every.sizes_[0] == 4  # labels 0, 1, 2 and the unseen row
+    assert every.sizes_[1] == 6 and rare.sizes_[1] == 3  # (0,{1}), (1,{0}) kept; three rare trees dropped
+    index = rare.transform(train)
+    assert index[1][1, 1] == UNSEEN and index[1][0, 1] != UNSEEN
+    assert index[3][1, 0] != UNSEEN and (index[3][:, 1] == UNSEEN).all()
+    for vocabulary, unseen_gets_gradient in ((rare, True), (every, False)):
+        embedding = TreeIDEmbedding(vocabulary.sizes_, dim=4)
+        embedding(torch.cat(vocabulary.transform(train))).sum().backward()
+        assert bool(embedding.tables[1].weight.grad[UNSEEN].abs().sum() > 0) is unseen_gets_gradient
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="min_graphs must be an integer >= 1"):
+            TreeIDVocabulary(k=1, min_graphs=bad)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gin_on_tree_ids_trains_and_embeds_on_each_device(device):
     """Two classes told apart only by structure (a triangle or a path, all labels 0): GIN on
