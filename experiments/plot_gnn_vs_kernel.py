@@ -26,6 +26,7 @@ def plot(csv_path: Path, out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -45,6 +46,11 @@ def plot(csv_path: Path, out_dir: Path) -> list[Path]:
                 ax.axhline(float(r["errica_mean"]), color=colour, linestyle="--", linewidth=0.8,
                            label=f"{r['method']} (Errica et al.)")  # fmt: skip
         ax.set_xscale("log")
+        # Plain numbers at 1, 2 and 5 of each decade, none on the other ticks: a span under
+        # one decade otherwise labels minor ticks in scientific notation, on top of each other.
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("wall-clock seconds per outer fold (log)")
         ax.set_ylabel("accuracy % (outer folds)")
         ax.set_title(f"{name}: accuracy against time, one split file")
