@@ -20,6 +20,7 @@ import os
 import platform
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,29 @@ class _AnonymousPeak:
         self.peak = max(self.peak, _status_gib("RssAnon"))
 
 
+def _on_cluster(workers: int, work):
+    """``(work(client=client), seconds, {worker: peak GiB})`` on a fresh ``LocalCluster`` of
+    ``workers``, timed once the workers are up and have imported."""
+    client = connect(n_workers=workers)
+    try:
+        client.run(lambda: None)
+        start = time.perf_counter()
+        result = work(client=client)
+        seconds = time.perf_counter() - start
+        return result, seconds, client.run(_peak_rss_gib)
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+
+
+def _streamed(graphs, target: Path, params: dict, client) -> float:
+    """``stream_distances`` on ``client`` into ``target``; the driver's anonymous peak meanwhile."""
+    with _AnonymousPeak() as peak:
+        stream_distances(graphs, target, client=client, n_jobs=1, **params)
+    return peak.peak
+
+
 def _same_file(a: Path, b: Path, rows: int = 1024) -> bool:
     """Two ``.npy`` matrices equal bit for bit, compared a block of rows at a time."""
     x, y = np.load(a, mmap_mode="r"), np.load(b, mmap_mode="r")
@@ -97,19 +121,8 @@ def stream(args) -> None:
     print(f"in process: {local:.1f} s, {pairs / local:,.0f} pairs/s, anonymous peak {driver.peak:.2f} GiB", flush=True)
     runs = []
     for workers in args.workers:
-        client = connect(n_workers=workers)
         target = folder / f"dask-{workers}.npy"
-        try:
-            client.run(lambda: None)
-            start = time.perf_counter()
-            with _AnonymousPeak() as peak:
-                stream_distances(graphs, target, client=client, n_jobs=1, **params)
-            seconds = time.perf_counter() - start
-            worker_rss = client.run(_peak_rss_gib)
-        finally:
-            cluster = client.cluster
-            client.close()
-            cluster.close()
+        driver_peak, seconds, worker_rss = _on_cluster(workers, partial(_streamed, graphs, target, params))
         equal = _same_file(reference, target)
         runs.append(
             {
@@ -117,7 +130,7 @@ def stream(args) -> None:
                 "seconds": round(seconds, 2),
                 "pairs_per_second": round(pairs / seconds),
                 "peak_rss_gib_per_worker": round(max(worker_rss.values()), 2),
-                "driver_anonymous_peak_gib": round(peak.peak, 2),
+                "driver_anonymous_peak_gib": round(driver_peak, 2),
                 "equal_to_in_process": equal,
             }
         )
@@ -213,18 +226,9 @@ def main() -> None:
     print(f"in process, {args.n_jobs} threads: {local:.1f} s, {len(pairs) / local:,.0f} pairs/s", flush=True)
     runs = []
     for workers in args.workers:
-        client = connect(n_workers=workers)
-        try:
-            client.run(lambda: None)  # workers up and importing done before the clock starts
-            start = time.perf_counter()
-            stats = {}
-            values = dask_distances(support, support, pairs, client, tile_size=args.tile_size, stats=stats)
-            seconds = time.perf_counter() - start
-            worker_rss = client.run(_peak_rss_gib)
-        finally:
-            cluster = client.cluster
-            client.close()
-            cluster.close()
+        stats = {}
+        work = partial(dask_distances, support, support, pairs, tile_size=args.tile_size, stats=stats)
+        values, seconds, worker_rss = _on_cluster(workers, work)
         equal = bool(np.array_equal(values, expected))
         runs.append(
             {
