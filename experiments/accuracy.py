@@ -11,7 +11,9 @@ searched is recorded. Then:
 - nested protocol: (d, k, lam, C) selected inside each training fold over the same
   grid, ``--repeats`` repetitions with seeds 0..R-1.
 
-Writes ``results/raw/accuracy-NAME.json`` per dataset (resumable) and
+Writes ``results/raw/accuracy-NAME.json`` per dataset (a killed run resumes: W from the
+distance cache and its tiles, the selection from its finished steps, both under the cache
+directory) and
 ``results/accuracy.csv`` + ``results/accuracy.md``.
 
 Usage::
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import shutil
 import time
 
 import numpy as np
@@ -41,6 +44,7 @@ from common import (
 )
 
 from mwsp_torch import nested_protocol, paper_protocol
+from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.evaluation import reported_std
 
 
@@ -78,16 +82,27 @@ def run_dataset(name: str, args) -> dict:
         spent += sec
         searched.append([d, k])
     folds = outer_folds(y)
+    # The selection's finished steps, kept until the results are saved: NCI1's ten nested
+    # repetitions over 9 settings take hours, and a killed run started again resumes.
+    checkpoint = resolve_cache_dir(None) / "selection" / f"accuracy-{name_key}"
     start = time.perf_counter()
     paper = {
-        f"{d},{k}": paper_protocol(w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet)
+        f"{d},{k}": paper_protocol(
+            w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=checkpoint
+        )
         for (d, k), w in ws.items()
     }
     best = max(paper, key=lambda s: paper[s]["accuracy_mean"])
     paper_seconds = time.perf_counter() - start
     start = time.perf_counter()
     nested = nested_protocol(
-        ws, y, seeds=tuple(range(args.repeats)), n_outer=folds, n_jobs=args.eval_jobs, progress=not args.quiet
+        ws,
+        y,
+        seeds=tuple(range(args.repeats)),
+        n_outer=folds,
+        n_jobs=args.eval_jobs,
+        progress=not args.quiet,
+        checkpoint=checkpoint,
     )
     nested_seconds = time.perf_counter() - start
     raw = {
@@ -104,10 +119,12 @@ def run_dataset(name: str, args) -> dict:
             "per_setting": {s: {kk: r[kk] for kk in ("accuracy_mean", "accuracy_std")} for s, r in paper.items()},
             "result": paper[best],
             "seconds": paper_seconds,
+            "resumed_steps": sum(r["resumed_steps"] for r in paper.values()),
         },
         "nested": {**nested, "seconds": nested_seconds},
     }
     save_raw(f"accuracy-{name}", raw)
+    shutil.rmtree(checkpoint, ignore_errors=True)
     return raw
 
 
@@ -132,6 +149,8 @@ def write_tables(rows_raw: list[dict]) -> None:
         if raw.get("subset"):
             grid += f"; {raw['subset']}"
         dist_seconds = sum(raw["distance_seconds"].values())
+        if raw["paper"].get("resumed_steps") or raw["nested"].get("resumed_steps"):
+            grid += "; selection resumed after a stop, its seconds are the last run's only"
         d, k = (int(v) for v in raw["paper"]["best"].split(","))
         res = raw["paper"]["result"]
         std, over = reported_std(res)

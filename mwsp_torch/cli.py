@@ -98,7 +98,10 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         help="cores for the exact solver's threads and the SVM selection's processes (default -1: all cores)",
     )
     parser.add_argument(
-        "--checkpoint", default=None, help="keep finished tiles of the compiled exact engine here (resumable)"
+        "--checkpoint",
+        default=None,
+        help="directory for the compiled exact engine's finished tiles and, with evaluate, the selection's "
+        "finished steps: the same command started again after a kill resumes",
     )
     parser.add_argument(
         "--scheduler",
@@ -314,6 +317,7 @@ def _evaluate(args) -> dict:
                 n_jobs=args.n_jobs,
                 n_splits=args.folds,
                 svm_solver=args.svm_solver,
+                checkpoint=args.checkpoint,
             )
             for key, w in distances.items()
         }
@@ -349,6 +353,7 @@ def _evaluate(args) -> dict:
             progress=progress,
             n_jobs=args.n_jobs,
             svm_solver=args.svm_solver,
+            checkpoint=args.checkpoint,
         )
     result.update(
         {

@@ -22,6 +22,7 @@ the distances themselves (:func:`accuracy_ceiling`).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.kernel import KREIN_MODES, krein_projector, laplacian_kernel
+from mwsp_torch.selection_store import open_store
 from mwsp_torch.svm import SVM_SOLVERS, accuracy_path
 
 #: The paper's grids (Sec. V-A).
@@ -433,30 +435,42 @@ def _shared(kernels: _Kernels, n_jobs: int):
         yield _Kernels(mapped, kernels.svm, kernels.krein, kernels.solver)
 
 
-def _run_folds(kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str) -> list:
+def _run_folds(
+    kernels, keys, lams, Cs, y, folds, n_jobs: int, progress: bool | None, desc: str, store=None
+) -> tuple[list, int]:
     """``(accuracy, (key, lam, C))`` for each ``(train, test, inner_splits)`` fold, in order
-    (``inner_splits``: ``(inner_train, inner_test)`` positions in ``train``).
+    (``inner_splits``: ``(inner_train, inner_test)`` positions in ``train``), and how many
+    steps came from ``store`` (a :class:`~mwsp_torch.selection_store.SelectionStore`).
 
     The work runs over ``n_jobs`` processes (one BLAS thread each) as one step per fold,
     setting and ``lam`` (the inner cross-validation of every ``C``), then one final fit per
     fold, under one progress bar over all of them; the processes read W from one
     memory-mapped copy (:func:`_shared`). A fold selects in grid order (setting, then
     ``lam``, then ``C``): the first best mean inner accuracy wins, whatever ``n_jobs``.
+    With a store, its steps are read instead of computed and each new one is kept there.
     """
     splits = [inner_splits for _, _, inner_splits in folds]
     steps = [(f, key, lam) for f in range(len(folds)) for key in keys for lam in lams]
     with _shared(kernels, n_jobs) as kernels, parallel_config(backend="loky", inner_max_num_threads=1):
         runner = Parallel(n_jobs=n_jobs, return_as="generator")
-        return _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc)
+        return _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc, store)
 
 
-def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc) -> list:
+def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc, store):
     """:func:`_run_folds`' work on ``runner``."""
     with tqdm(total=len(steps) + len(folds), desc=desc, unit="step", disable=_hidden(progress)) as bar:
         scores = {}
-        tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in steps)
-        for step, step_scores in zip(steps, runner(tasks), strict=True):
+        names = {step: (step[0], keys.index(step[1]), lams.index(step[2])) for step in steps}
+        if store is not None:
+            scores = {step: store.steps[names[step]] for step in steps if names[step] in store.steps}
+            bar.update(len(scores))
+        resumed = len(scores)
+        todo = [step for step in steps if step not in scores]
+        tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in todo)
+        for step, step_scores in zip(todo, runner(tasks), strict=True):
             scores[step] = step_scores
+            if store is not None:
+                store.add(names[step], step_scores)
             bar.update()
         chosen = []
         for f in range(len(folds)):
@@ -475,7 +489,7 @@ def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runne
         for accuracy in runner(tasks):
             accuracies.append(accuracy)
             bar.update()
-    return list(zip(accuracies, chosen, strict=True))
+    return list(zip(accuracies, chosen, strict=True)), resumed
 
 
 def _hidden(progress: bool | None) -> bool | None:
@@ -534,6 +548,7 @@ def paper_protocol(
     progress: bool | None = None,
     n_splits: int = 10,
     svm_solver: str = "libsvm",
+    checkpoint: str | os.PathLike | None = None,
 ) -> dict:
     """The authors' procedure on one distance matrix (one fixed ``(d, k)``).
 
@@ -558,12 +573,17 @@ def paper_protocol(
             earlier runs) or ``"path"`` (:mod:`mwsp_torch.svm`: the same problem, each
             split's whole ``C`` grid in one call; equal to libsvm's within its stopping
             tolerance, and many times faster on small graphs sets, ``benchmarks/README.md``).
+        checkpoint (path, optional): a directory where each finished selection step is kept
+            (:mod:`mwsp_torch.selection_store`), so that the same call started again after a
+            kill computes only the rest and selects exactly the same; created if missing,
+            and shared freely (each call's steps go to a file named by its inputs). Delete
+            it when the results are saved.
 
     Returns:
         dict with ``accuracy_mean``, ``accuracy_std`` (percent, std over the
         outer folds), ``fold_accuracies``, ``selected`` (lam, C per fold),
-        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid`` and
-        ``protocol``.
+        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid``,
+        ``resumed_steps`` (steps read from ``checkpoint``) and ``protocol``.
 
     Raises:
         ValueError: naming the argument, for a ``y`` that is not 1-D (a column ``[n, 1]``
@@ -598,7 +618,8 @@ def paper_protocol(
             (train, test, list(inner.split(np.zeros(len(train)), y[train])))
             for train, test in outer.split(np.zeros(len(y)), y)
         ]
-        scored = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol")
+        store = open_store(checkpoint, "paper", {0: distances}, y, folds, lams, Cs, (svm, krein, svm_solver))
+        scored, resumed = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol", store)
     finally:
         np.random.set_state(caller_state)
     accuracies = [acc for acc, _ in scored]
@@ -617,6 +638,7 @@ def paper_protocol(
         "svm": svm if svm == "svc" else f"krein-{krein}",
         "svm_solver": svm_solver,
         "seed": seed,
+        "resumed_steps": resumed,
     }
 
 
@@ -684,6 +706,7 @@ def nested_protocol(
     progress: bool | None = None,
     outer_folds: Sequence | None = None,
     svm_solver: str = "libsvm",
+    checkpoint: str | os.PathLike | None = None,
 ) -> dict:
     """Nested cross-validation selecting ``(d, k, lam, C)`` inside each training fold.
 
@@ -707,14 +730,16 @@ def nested_protocol(
             test folds must partition ``0..n-1`` and each train must not meet its test. Then
             ``seeds`` holds one seed, which draws the inner folds.
         svm_solver (str): as in :func:`paper_protocol`.
+        checkpoint (path, optional): as in :func:`paper_protocol`: a killed selection
+            started again resumes from its finished steps.
 
     Returns:
         dict with ``accuracy_mean`` and ``accuracy_std`` (percent; over the
         repetitions' mean accuracies: each repetition scores every graph once, so a model
         that errs on the same graphs whatever the folds has a std of 0),
         ``repetition_accuracies``, ``fold_accuracies``, ``fold_accuracy_std``, ``selected``,
-        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid`` and
-        ``protocol``.
+        ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid``,
+        ``resumed_steps`` and ``protocol``.
 
     Raises:
         ValueError: as :func:`paper_protocol` does (a W's messages name its ``(d, k)``), and
@@ -744,7 +769,8 @@ def nested_protocol(
     folds = nested_folds(y, seeds, n_outer, n_inner, None if outer_folds is None else given)
     fold_seeds = [seed for seed, *_ in folds]
     jobs = [(train, test, splits) for _, train, test, splits in folds]
-    scored = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV")
+    store = open_store(checkpoint, "nested", distances, y, jobs, lams, Cs, (svm, krein, svm_solver))
+    scored, resumed = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV", store)
     folds = [acc for acc, _ in scored]
     selected = [
         selected_setting(seed, key, lam, C) for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)
@@ -767,4 +793,5 @@ def nested_protocol(
         "svm": svm if svm == "svc" else f"krein-{krein}",
         "svm_solver": svm_solver,
         "seeds": list(seeds),
+        "resumed_steps": resumed,
     }

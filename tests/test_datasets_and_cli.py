@@ -557,6 +557,22 @@ def test_cli_svm_solver_reaches_the_protocol(cache_dir, tmp_path):
     assert runs["path"]["fold_accuracies"] == runs["libsvm"]["fold_accuracies"]
 
 
+def test_cli_checkpoint_resumes_the_selection(cache_dir, tmp_path):
+    """``evaluate --checkpoint`` keeps the selection's steps: the same command again reads
+    every one of them and prints the same result."""
+    argv = ["evaluate", "--cache-dir", str(cache_dir), "--d", "4", "--k", "0", "--repeats", "2", "--quiet"]
+    runs = []
+    for run in range(2):
+        out = tmp_path / f"{run}.json"
+        assert main([*argv, "--checkpoint", str(tmp_path / "ckpt"), "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    assert len(list((tmp_path / "ckpt").glob("selection-*.jsonl"))) == 1
+    steps = 2 * runs[0]["outer_folds"] * len(runs[0]["grid"]["lam"])
+    assert runs[0]["resumed_steps"] == 0 and runs[1]["resumed_steps"] == steps
+    assert runs[1]["selected"] == runs[0]["selected"]
+    assert runs[1]["fold_accuracies"] == runs[0]["fold_accuracies"]
+
+
 @pytest.mark.parametrize("extra", [["--edge-labels"], ["--attributes", "node"]])
 def test_cli_stream_refuses_the_extensions_it_does_not_compute(extra, tmp_path, capsys):
     argv = ["distances", "--dataset", "NOT_READ", "--root", "/nonexistent", "--out", str(tmp_path / "w.npy")]
