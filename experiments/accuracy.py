@@ -149,14 +149,14 @@ def write_tables(rows_raw: list[dict]) -> None:
         if raw.get("subset"):
             grid += f"; {raw['subset']}"
         dist_seconds = sum(raw["distance_seconds"].values())
-        if raw["paper"].get("resumed_steps") or raw["nested"].get("resumed_steps"):
-            grid += "; selection resumed after a stop, its seconds are the last run's only"
+        resumed = {p: "; resumed after a stop: seconds of the last run only" if raw[p].get("resumed_steps") else ""
+                   for p in ("paper", "nested")}  # fmt: skip
         d, k = (int(v) for v in raw["paper"]["best"].split(","))
         res = raw["paper"]["result"]
         std, over = reported_std(res)
         rows.append({"dataset": name, "protocol": "paper", "d": d, "k": k, "accuracy_mean": res["accuracy_mean"],
                      "accuracy_std": std, "std_over": over,
-                     "grid": grid + "; (d,k) by test accuracy",
+                     "grid": grid + "; (d,k) by test accuracy" + resumed["paper"],
                      "seconds": dist_seconds + raw["paper"]["seconds"], "majority_rate": res["majority_rate"],
                      "repetitions": 1})  # fmt: skip
         nested = raw["nested"]
@@ -165,7 +165,7 @@ def write_tables(rows_raw: list[dict]) -> None:
         std, over = reported_std(nested)  # one repetition: its folds' std (over repetitions it is 0)
         rows.append({"dataset": name, "protocol": "nested", "d": d_mode, "k": k_mode,
                      "accuracy_mean": nested["accuracy_mean"], "accuracy_std": std, "std_over": over,
-                     "grid": grid + "; (d,k,lam,C) chosen per fold (d,k: most frequent)",
+                     "grid": grid + "; (d,k,lam,C) chosen per fold (d,k: most frequent)" + resumed["nested"],
                      "seconds": dist_seconds + nested["seconds"], "majority_rate": nested["majority_rate"],
                      "repetitions": len(nested["seeds"])})  # fmt: skip
         for row in rows[-2:]:
