@@ -458,13 +458,12 @@ def _run_folds(
 
 def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runner, progress, desc, store):
     """:func:`_run_folds`' work on ``runner``."""
-    with tqdm(total=len(steps) + len(folds), desc=desc, unit="step", disable=_hidden(progress)) as bar:
-        scores = {}
-        names = {step: (step[0], keys.index(step[1]), lams.index(step[2])) for step in steps}
-        if store is not None:
-            scores = {step: store.steps[names[step]] for step in steps if names[step] in store.steps}
-            bar.update(len(scores))
-        resumed = len(scores)
+    names = {step: (step[0], keys.index(step[1]), lams.index(step[2])) for step in steps}
+    scores = {} if store is None else {step: store.steps[names[step]] for step in steps if names[step] in store.steps}
+    resumed = len(scores)
+    # Resumed steps are the bar's start, not progress: its rate and estimate count new steps only.
+    bar = tqdm(total=len(steps) + len(folds), initial=resumed, desc=desc, unit="step", disable=_hidden(progress))
+    with bar:
         todo = [step for step in steps if step not in scores]
         tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in todo)
         for step, step_scores in zip(todo, runner(tasks), strict=True):
