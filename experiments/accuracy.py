@@ -84,7 +84,8 @@ def run_dataset(name: str, args) -> dict:
     folds = outer_folds(y)
     # The selection's finished steps, kept until the results are saved: NCI1's ten nested
     # repetitions over 9 settings take hours, and a killed run started again resumes.
-    checkpoint = resolve_cache_dir(None) / "selection" / f"accuracy-{name_key}"
+    request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}"
+    checkpoint = resolve_cache_dir(None) / "selection" / f"accuracy-{name_key}-{request}"
     start = time.perf_counter()
     paper = {
         f"{d},{k}": paper_protocol(

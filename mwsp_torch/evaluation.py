@@ -22,6 +22,8 @@ the distances themselves (:func:`accuracy_ceiling`).
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -35,6 +37,8 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.svm import SVC
 from tqdm.auto import tqdm
 
+from mwsp_torch import kernel as kernel_module
+from mwsp_torch import svm as svm_module
 from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.kernel import KREIN_MODES, krein_projector, laplacian_kernel
 from mwsp_torch.selection_store import open_store
@@ -418,6 +422,14 @@ def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, 
     return 100.0 * float(_accuracies(kernels.solver, k_train, y[train], k_test, y[test], [C])[0])
 
 
+def _score_code() -> str:
+    """A digest of the code that computes a step's scores: a selection checkpoint written by
+    other code is not read."""
+    parts = [inspect.getsource(module) for module in (kernel_module, svm_module)]
+    parts += [inspect.getsource(code) for code in (_Kernels, _inner_scores, _accuracies, _svc_accuracy)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 @contextmanager
 def _shared(kernels: _Kernels, n_jobs: int):
     """``kernels`` with each W memory-mapped from one temporary file when more than one
@@ -617,8 +629,9 @@ def paper_protocol(
             (train, test, list(inner.split(np.zeros(len(train)), y[train])))
             for train, test in outer.split(np.zeros(len(y)), y)
         ]
-        store = open_store(checkpoint, "paper", {0: distances}, y, folds, lams, Cs, (svm, krein, svm_solver))
-        scored, resumed = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol", store)
+        options = (svm, krein, svm_solver, _score_code())
+        with open_store(checkpoint, "paper", {0: distances}, y, folds, lams, Cs, options) as store:
+            scored, resumed = _run_folds(kernels, [None], lams, Cs, y, folds, n_jobs, progress, "paper protocol", store)
     finally:
         np.random.set_state(caller_state)
     accuracies = [acc for acc, _ in scored]
@@ -768,8 +781,10 @@ def nested_protocol(
     folds = nested_folds(y, seeds, n_outer, n_inner, None if outer_folds is None else given)
     fold_seeds = [seed for seed, *_ in folds]
     jobs = [(train, test, splits) for _, train, test, splits in folds]
-    store = open_store(checkpoint, "nested", distances, y, jobs, lams, Cs, (svm, krein, svm_solver))
-    scored, resumed = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV", store)
+    with open_store(
+        checkpoint, "nested", distances, y, jobs, lams, Cs, (svm, krein, svm_solver, _score_code())
+    ) as store:
+        scored, resumed = _run_folds(kernels, keys, lams, Cs, y, jobs, n_jobs, progress, "nested CV", store)
     folds = [acc for acc, _ in scored]
     selected = [
         selected_setting(seed, key, lam, C) for seed, (_, (key, lam, C)) in zip(fold_seeds, scored, strict=True)

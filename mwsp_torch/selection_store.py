@@ -2,14 +2,16 @@
 a selection killed part way computes only the rest when started again.
 
 A step is one outer fold's inner cross-validation of one setting and ``lam`` (every ``C``);
-NCI1 over d 1..3 x k 0..2 has 540 a repetition and a repetition takes about 17 minutes on
-two cores, so ten of them are hours of work worth keeping. The steps of one call go to one
-file in the checkpoint directory, named by a fingerprint of everything that determines the
-scores (the protocol, every W, the labels, every fold and inner split, the grids, the SVM and
-its solver): the same call started again reads them, any other call never does. The file is
-JSON lines, one step a line, appended and flushed as each step finishes; a line cut short by
-a kill, or damaged, is recomputed. Floats are written as Python's ``repr``, which reads back
-to the same bits, so a resumed selection selects exactly what an uninterrupted one does.
+NCI1 over d 1..3 x k 0..2 has 540 a repetition, so ten repetitions are hours of work worth
+keeping. The steps of one call go to one file in the checkpoint directory, named by a
+fingerprint of everything that determines the scores (the protocol, every W, the labels,
+every fold and inner split, the grids, the SVM and its solver, and the code and
+scikit-learn version that compute them): the same call started again reads them, any other
+call never does. The file is JSON lines, one step a line with a checksum of its values,
+appended and flushed as each step finishes; a line cut short by a kill, or damaged, is
+recomputed with a warning. Floats are written as Python's ``repr``, which reads back to the
+same bits, so a resumed selection selects exactly what an uninterrupted one does. One
+process at a time works on a file (a lock refuses a second).
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from mwsp_torch.transport.store import checkpoint_directory
 
+try:  # POSIX: a lock on the file refuses a second process
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock
+    fcntl = None
+
+#: The file layout; a new one starts new files rather than misreading old ones.
+STORE_FORMAT = 1
 #: Rows of W hashed at a time: no ``[n, n]`` copy of a non-contiguous or memory-mapped W.
 _HASH_ROWS = 512
 
@@ -46,10 +56,14 @@ def selection_fingerprint(
         y (np.ndarray): the labels.
         folds: ``(train, test, inner_splits)`` for each outer fold.
         lams, Cs: the grids.
-        options: the SVM, its Krein treatment and solver, as strings.
+        options: the SVM, its Krein treatment, its solver and the code computing the scores,
+            as strings.
     """
+    import sklearn
+
     digest = hashlib.sha256()
-    digest.update(repr((protocol, [float(v) for v in lams], [float(v) for v in Cs], list(options))).encode())
+    head = (STORE_FORMAT, sklearn.__version__, protocol, [float(v) for v in lams], [float(v) for v in Cs])
+    digest.update(repr((*head, list(options))).encode())
     for key in sorted(distances):
         w = distances[key]
         digest.update(repr((key, w.shape)).encode())
@@ -58,15 +72,22 @@ def selection_fingerprint(
     classes, index = np.unique(np.asarray(y), return_inverse=True)
     digest.update(repr([str(c) for c in classes]).encode())
     digest.update(np.ascontiguousarray(index, dtype=np.int64).tobytes())
+    digest.update(repr([len(splits) for _, _, splits in folds]).encode())
     for train, test, splits in folds:
         for part in (train, test, *(p for split in splits for p in split)):
+            digest.update(repr(len(part)).encode())
             digest.update(np.ascontiguousarray(part, dtype=np.int64).tobytes())
-            digest.update(b"|")
     return digest.hexdigest()
 
 
+def _checksum(step: Sequence[int], scores: np.ndarray) -> str:
+    values = np.asarray(step, dtype=np.int64).tobytes() + np.asarray(scores, dtype=np.float64).tobytes()
+    return hashlib.sha1(values).hexdigest()[:16]
+
+
 class SelectionStore:
-    """The finished steps of one selection in ``DIRECTORY/selection-FINGERPRINT.jsonl``.
+    """The finished steps of one selection in ``DIRECTORY/selection-FINGERPRINT.jsonl``, held
+    open (and locked) from construction to :meth:`close`; a context manager.
 
     Steps are named by integer tuples ``(fold, setting, lam)`` (positions in the protocol's
     folds and grids); each holds one score per ``C``.
@@ -74,52 +95,78 @@ class SelectionStore:
 
     def __init__(self, directory, fingerprint: str, num_scores: int) -> None:
         folder = checkpoint_directory(directory)
-        folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"selection-{fingerprint[:24]}.jsonl"
         self.num_scores = num_scores
         self.steps: dict[tuple[int, ...], np.ndarray] = {}
-        if self.path.exists():
-            self._read()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._handle = open(self.path, "a+b")  # noqa: SIM115 - held open until close()
+        except OSError as err:
+            raise ValueError(f"checkpoint {str(directory)!r}: cannot write {self.path.name} ({err})") from err
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                self._handle.close()
+                raise ValueError(
+                    f"checkpoint {self.path} is in use by another process running the same selection: "
+                    "wait for it, or give another checkpoint directory"
+                ) from err
+        self._read()
 
     def _read(self) -> None:
-        data = self.path.read_bytes()
+        self._handle.seek(0)
+        data = self._handle.read()
         end = data.rfind(b"\n") + 1
         if end < len(data):  # a line cut short by a kill: dropped, so appends start on a new line
-            with open(self.path, "r+b") as handle:
-                handle.truncate(end)
+            warnings.warn(
+                f"selection checkpoint {self.path}: its last line was cut short (a run killed while writing "
+                "it); recomputing that step",
+                stacklevel=4,
+            )
+            self._handle.truncate(end)
         for number, line in enumerate(data[:end].splitlines(), start=1):
             try:
                 entry = json.loads(line)
                 step = tuple(int(v) for v in entry["step"])
                 scores = np.array(entry["scores"], dtype=np.float64)
+                good = entry["sha"] == _checksum(step, scores) and scores.shape == (self.num_scores,)
             except (ValueError, KeyError, TypeError) as err:
+                problem = f"unreadable ({err})"
+            else:
+                problem = None if good else "does not match its checksum (damaged)"
+            if problem is not None:
                 warnings.warn(
-                    f"selection checkpoint {self.path}, line {number}: unreadable ({err}); recomputing it", stacklevel=3
-                )
-                continue
-            if scores.shape != (self.num_scores,):
-                warnings.warn(
-                    f"selection checkpoint {self.path}, line {number}: {scores.size} scores, not "
-                    f"{self.num_scores}; recomputing it",
-                    stacklevel=3,
+                    f"selection checkpoint {self.path}, line {number}: {problem}; recomputing it", stacklevel=4
                 )
                 continue
             self.steps[step] = scores
 
     def add(self, step: tuple[int, ...], scores: np.ndarray) -> None:
         """Append one finished step (flushed to disk before returning)."""
-        line = json.dumps({"step": [int(v) for v in step], "scores": [float(v) for v in scores]})
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        self.steps[step] = np.asarray(scores, dtype=np.float64)
+        scores = np.asarray(scores, dtype=np.float64)
+        entry = {"step": [int(v) for v in step], "scores": [float(v) for v in scores], "sha": _checksum(step, scores)}
+        self._handle.seek(0, os.SEEK_END)
+        self._handle.write((json.dumps(entry) + "\n").encode())
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.steps[step] = scores
+
+    def close(self) -> None:
+        self._handle.close()  # releases the lock
+
+    def __enter__(self) -> SelectionStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def open_store(checkpoint, protocol: str, distances: Mapping, y, folds, lams, Cs, options) -> SelectionStore | None:
-    """The store of this selection in the directory ``checkpoint``, or ``None`` without one."""
+def open_store(checkpoint, protocol: str, distances: Mapping, y, folds, lams, Cs, options):
+    """A context holding the store of this selection in the directory ``checkpoint``, or
+    ``None`` without one."""
     if checkpoint is None:
-        return None
+        return nullcontext(None)
     checkpoint_directory(checkpoint)  # refused before the hashing
     fingerprint = selection_fingerprint(protocol, distances, y, folds, lams, Cs, options)
     return SelectionStore(Path(checkpoint), fingerprint, len(Cs))

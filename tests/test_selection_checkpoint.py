@@ -8,6 +8,7 @@ import pytest
 
 import mwsp_torch.evaluation as evaluation
 from mwsp_torch import MWSP, nested_protocol, paper_protocol
+from mwsp_torch.selection_store import SelectionStore, _checksum
 
 from random_graphs import random_graphs
 
@@ -61,7 +62,8 @@ def test_a_killed_nested_selection_resumes_with_the_same_selections(problem, cou
     # As a kill leaves it: the first 17 steps, then half a line.
     path.write_text("\n".join(lines[:17]) + "\n" + lines[17][: len(lines[17]) // 2])
     counted.clear()
-    resumed = _nested(distances, y, checkpoint=tmp_path)
+    with pytest.warns(UserWarning, match="last line was cut short"):
+        resumed = _nested(distances, y, checkpoint=tmp_path)
     _same(resumed, plain)
     assert resumed["resumed_steps"] == 17
     assert len(counted) == steps - 17
@@ -82,6 +84,7 @@ def test_stored_scores_are_what_selects(problem, tmp_path):
         if entry["step"][0] == 0:
             last = entry["step"][1:] == [len(SETTINGS) - 1, len(LAMS) - 1]
             entry["scores"] = [0.0, 0.0, 1.0] if last else [0.0] * len(CS)
+            entry["sha"] = _checksum(entry["step"], np.array(entry["scores"]))
     path.write_text("".join(json.dumps(e) + "\n" for e in entries))
     resumed = _nested(distances, y, checkpoint=tmp_path)
     d, k = SETTINGS[-1]
@@ -90,17 +93,29 @@ def test_stored_scores_are_what_selects(problem, tmp_path):
     assert resumed["selected"][1:] == plain["selected"][1:]
 
 
-def test_other_inputs_never_read_the_steps(problem, counted, tmp_path):
+OTHER_CALLS = {
+    "W": lambda d, y: ({key: w * 1.5 for key, w in d.items()}, y, {}),
+    "labels": lambda d, y: (d, 1 - y, {}),
+    "Cs": lambda d, y: (d, y, {"Cs": CS[:2]}),
+    "lams order": lambda d, y: (d, y, {"lams": LAMS[::-1]}),
+    "seeds": lambda d, y: (d, y, {"seeds": (0, 2)}),
+    "inner folds": lambda d, y: (d, y, {"n_inner": 2}),
+    "solver": lambda d, y: (d, y, {"svm_solver": "path"}),
+    "krein": lambda d, y: (d, y, {"svm": "krein"}),
+}
+
+
+@pytest.mark.parametrize("change", sorted(OTHER_CALLS))
+def test_other_inputs_never_read_the_steps(problem, counted, tmp_path, change):
     distances, y = problem
     _nested(distances, y, checkpoint=tmp_path)
     counted.clear()
-    other_w = {key: w * 1.5 for key, w in distances.items()}
-    _nested(other_w, y, checkpoint=tmp_path)
-    assert len(counted) == 2 * 4 * len(SETTINGS) * len(LAMS)
-    counted.clear()
-    nested_protocol(distances, y, LAMS, CS[:2], seeds=(0, 1), n_outer=4, n_inner=3, n_jobs=1, checkpoint=tmp_path)
-    assert len(counted) == 2 * 4 * len(SETTINGS) * len(LAMS)
-    assert len(list(tmp_path.glob("selection-*.jsonl"))) == 3
+    other, other_y, kwargs = OTHER_CALLS[change](distances, y)
+    args = {"lams": LAMS, "Cs": CS, "seeds": (0, 1), "n_outer": 4, "n_inner": 3, **kwargs}
+    result = nested_protocol(other, other_y, n_jobs=1, checkpoint=tmp_path, **args)
+    assert result["resumed_steps"] == 0
+    assert len(counted) == 2 * 4 * len(SETTINGS) * len(args["lams"])
+    assert len(list(tmp_path.glob("selection-*.jsonl"))) == 2
 
 
 def test_a_damaged_line_is_recomputed_with_a_warning(problem, counted, tmp_path):
@@ -109,15 +124,19 @@ def test_a_damaged_line_is_recomputed_with_a_warning(problem, counted, tmp_path)
     (path,) = tmp_path.glob("selection-*.jsonl")
     lines = path.read_text().splitlines()
     lines[3] = '{"step": [0, 1, "'
-    lines[5] = json.dumps({"step": json.loads(lines[5])["step"], "scores": [0.5]})
+    entry = json.loads(lines[5])
+    entry["scores"][0] = 1.0 if entry["scores"][0] != 1.0 else 0.0  # another valid number
+    lines[5] = json.dumps(entry)
+    lines[7] = json.dumps({**json.loads(lines[7]), "scores": [0.5]})
     path.write_text("\n".join(lines) + "\n")
     counted.clear()
     with pytest.warns(UserWarning) as record:
         resumed = _nested(distances, y, checkpoint=tmp_path)
     messages = " ".join(str(w.message) for w in record)
-    assert "line 4: unreadable" in messages and "line 6: 1 scores, not 3" in messages
+    assert "line 4: unreadable" in messages
+    assert "line 6: does not match its checksum" in messages and "line 8: does not match" in messages
     _same(resumed, plain)
-    assert len(counted) == 2
+    assert len(counted) == 3
 
 
 def test_paper_protocol_resumes(problem, counted, tmp_path):
@@ -125,10 +144,13 @@ def test_paper_protocol_resumes(problem, counted, tmp_path):
     w = distances[(2, 0)]
     plain = paper_protocol(w, y, LAMS, CS, n_jobs=1, n_splits=4)
     paper_protocol(w, y, LAMS, CS, n_jobs=1, n_splits=4, checkpoint=tmp_path)
+    (path,) = tmp_path.glob("selection-*.jsonl")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:5]) + "\n")
     counted.clear()
     resumed = paper_protocol(w, y, LAMS, CS, n_jobs=1, n_splits=4, checkpoint=tmp_path)
     _same(resumed, plain)
-    assert counted == [] and resumed["resumed_steps"] == 4 * len(LAMS)
+    assert resumed["resumed_steps"] == 5 and len(counted) == 4 * len(LAMS) - 5
 
 
 def test_resuming_on_two_processes_selects_the_same(problem, tmp_path):
@@ -141,6 +163,18 @@ def test_resuming_on_two_processes_selects_the_same(problem, tmp_path):
     resumed = nested_protocol(distances, y, LAMS, CS, seeds=(0, 1), n_outer=4, n_inner=3, n_jobs=2, checkpoint=tmp_path)
     _same(resumed, plain)
     assert resumed["resumed_steps"] == len(lines[::2])
+
+
+def test_a_second_process_on_the_same_selection_is_refused(problem, tmp_path):
+    distances, y = problem
+    _nested(distances, y, checkpoint=tmp_path)
+    (path,) = tmp_path.glob("selection-*.jsonl")
+    fingerprint = path.stem.removeprefix("selection-")
+    with SelectionStore(tmp_path, fingerprint, len(CS)) as held:  # as a running process holds it
+        assert len(held.steps) == 2 * 4 * len(SETTINGS) * len(LAMS)
+        with pytest.raises(ValueError, match="in use by another process running the same selection"):
+            _nested(distances, y, checkpoint=tmp_path)
+    _nested(distances, y, checkpoint=tmp_path)  # released
 
 
 def test_a_file_as_checkpoint_is_refused(problem, tmp_path):
