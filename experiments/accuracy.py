@@ -9,7 +9,10 @@ searched is recorded. Then:
   unshuffled inner CV for lam and C); the (d, k) with the best test accuracy is
   reported, as the paper did (optimistic);
 - nested protocol: (d, k, lam, C) selected inside each training fold over the same
-  grid, ``--repeats`` repetitions with seeds 0..R-1.
+  grid, ``--repeats`` repetitions with seeds 0..R-1. ``--repetitions-now N`` runs at most
+  N of the repetitions a dataset still lacks and stores the run so far; the next call
+  with the same grid adds the next ones (``combine_repetitions``: the same result as one
+  call), so NCI1's ten repetitions over 9 settings, about 3.5 hours here, can span sessions.
 
 Writes ``results/raw/accuracy-NAME.json`` per dataset (a killed run resumes: W from the
 distance cache and its tiles, the selection from its finished steps, both under the cache
@@ -45,7 +48,7 @@ from common import (
 
 from mwsp_torch import nested_protocol, paper_protocol
 from mwsp_torch.datasets import resolve_cache_dir
-from mwsp_torch.evaluation import reported_std
+from mwsp_torch.evaluation import combine_repetitions, reported_std
 
 
 def run_dataset(name: str, args) -> dict:
@@ -56,7 +59,7 @@ def run_dataset(name: str, args) -> dict:
         stored = (
             raw["grid_requested"]["d"],
             raw["grid_requested"]["k"],
-            len(raw["nested"]["seeds"]),
+            raw.get("repeats_requested", len(raw["nested"]["seeds"])),
             raw.get("subset_size", 0),
         )
         asked = (list(args.d), list(args.k), args.repeats, args.subset)
@@ -67,15 +70,34 @@ def run_dataset(name: str, args) -> dict:
                 f"{asked[2]} repetitions, subset {asked[3] or 'none'}: add --force to run it "
                 "(and replace the stored one)"
             )
+        if len(raw["nested"]["seeds"]) < args.repeats:
+            return run_nested(name, args, raw)
         print(f"{name}: reusing results/raw/accuracy-{name}.json (same grid; --force recomputes)", flush=True)
         return raw
+    return run_nested(name, args, None)
+
+
+def missing_seeds(args, raw: dict | None) -> list[int]:
+    """The seeds this call runs: those of ``0..repeats-1`` not stored yet, at most
+    ``--repetitions-now`` of them."""
+    done = set() if raw is None else set(raw["nested"]["seeds"])
+    todo = [seed for seed in range(args.repeats) if seed not in done]
+    return todo[: args.repetitions_now] if args.repetitions_now else todo
+
+
+def run_nested(name: str, args, stored: dict | None) -> dict:
+    """Run ``name`` afresh (``stored`` None: both protocols) or add the next repetitions to
+    the stored run ``stored`` (same grid and subset; its paper protocol is kept)."""
+    seeds = missing_seeds(args, stored)
     graphs, y, labels = load(name)
     graphs, y, name_key, subset = take_subset(name, graphs, y, args.subset)
     settings = sorted(((d, k) for d in args.d for k in args.k), key=lambda s: (s[0] + s[1], s))
     ws, seconds, searched = {}, {}, []
     spent = 0.0
     for d, k in settings:
-        if spent > args.budget:
+        if stored is not None and [d, k] not in stored["grid_searched"]:
+            continue  # the stored run's grid, whatever this run's budget would reach
+        if stored is None and spent > args.budget:
             break
         w, sec = distances(name_key, graphs, labels, d, k, n_jobs=args.n_jobs, progress=not args.quiet)
         ws[(d, k)], seconds[f"{d},{k}"] = w, sec
@@ -84,28 +106,41 @@ def run_dataset(name: str, args) -> dict:
     folds = outer_folds(y)
     # The selection's finished steps, kept until the results are saved: NCI1's ten nested
     # repetitions over 9 settings take hours, and a killed run started again resumes.
-    request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}"
+    request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}-s{seeds[0]}-{seeds[-1]}"
     checkpoint = resolve_cache_dir(None) / "selection" / f"accuracy-{name_key}-{request}"
-    start = time.perf_counter()
-    paper = {
-        f"{d},{k}": paper_protocol(
-            w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=checkpoint
-        )
-        for (d, k), w in ws.items()
-    }
-    best = max(paper, key=lambda s: paper[s]["accuracy_mean"])
-    paper_seconds = time.perf_counter() - start
+    if stored is None:
+        start = time.perf_counter()
+        paper = {
+            f"{d},{k}": paper_protocol(
+                w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=checkpoint
+            )
+            for (d, k), w in ws.items()
+        }
+        best = max(paper, key=lambda s: paper[s]["accuracy_mean"])
+        paper_entry = {
+            "best": best,
+            "per_setting": {s: {kk: r[kk] for kk in ("accuracy_mean", "accuracy_std")} for s, r in paper.items()},
+            "result": paper[best],
+            "seconds": time.perf_counter() - start,
+            "resumed_steps": sum(r["resumed_steps"] for r in paper.values()),
+        }
+    else:
+        paper_entry = stored["paper"]
+        print(f"{name}: adding repetitions {seeds} to the stored {stored['nested']['seeds']}", flush=True)
     start = time.perf_counter()
     nested = nested_protocol(
         ws,
         y,
-        seeds=tuple(range(args.repeats)),
+        seeds=tuple(seeds),
         n_outer=folds,
         n_jobs=args.eval_jobs,
         progress=not args.quiet,
         checkpoint=checkpoint,
     )
     nested_seconds = time.perf_counter() - start
+    if stored is not None:
+        nested = combine_repetitions([stored["nested"], nested])
+        nested_seconds += stored["nested"]["seconds"]
     raw = {
         "dataset": name,
         "labels": labels,
@@ -114,14 +149,9 @@ def run_dataset(name: str, args) -> dict:
         "subset": subset,
         "subset_size": len(graphs) if subset else 0,
         "grid_requested": {"d": args.d, "k": args.k, "budget_seconds": args.budget},
-        "distance_seconds": seconds,
-        "paper": {
-            "best": best,
-            "per_setting": {s: {kk: r[kk] for kk in ("accuracy_mean", "accuracy_std")} for s, r in paper.items()},
-            "result": paper[best],
-            "seconds": paper_seconds,
-            "resumed_steps": sum(r["resumed_steps"] for r in paper.values()),
-        },
+        "repeats_requested": args.repeats,
+        "distance_seconds": seconds if stored is None else stored["distance_seconds"],
+        "paper": paper_entry,
         "nested": {**nested, "seconds": nested_seconds},
     }
     save_raw(f"accuracy-{name}", raw)
@@ -161,12 +191,15 @@ def write_tables(rows_raw: list[dict]) -> None:
                      "seconds": dist_seconds + raw["paper"]["seconds"], "majority_rate": res["majority_rate"],
                      "repetitions": 1})  # fmt: skip
         nested = raw["nested"]
+        target = raw.get("repeats_requested", len(nested["seeds"]))
+        partial = f"; {len(nested['seeds'])} of {target} repetitions so far" if len(nested["seeds"]) < target else ""
         picked = [(s["d"], s["k"]) for s in nested["selected"]]
         d_mode, k_mode = max(set(picked), key=picked.count)
         std, over = reported_std(nested)  # one repetition: its folds' std (over repetitions it is 0)
         rows.append({"dataset": name, "protocol": "nested", "d": d_mode, "k": k_mode,
                      "accuracy_mean": nested["accuracy_mean"], "accuracy_std": std, "std_over": over,
-                     "grid": grid + "; (d,k,lam,C) chosen per fold (d,k: most frequent)" + resumed["nested"],
+                     "grid": grid + "; (d,k,lam,C) chosen per fold (d,k: most frequent)" + resumed["nested"]
+                             + partial,
                      "seconds": dist_seconds + nested["seconds"], "majority_rate": nested["majority_rate"],
                      "repetitions": len(nested["seeds"])})  # fmt: skip
         for row in rows[-2:]:
@@ -193,6 +226,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_arguments(parser, TU_DATASETS)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--repetitions-now",
+        type=int,
+        default=0,
+        help="run at most this many of the repetitions still missing and store the run so far (0: all)",
+    )
     parser.add_argument("--subset", type=int, default=0, help="use a stratified random subset of this many graphs")
     parser.add_argument("--force", action="store_true", help="recompute finished datasets")
     parser.add_argument("--quiet", action="store_true")

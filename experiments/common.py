@@ -128,6 +128,8 @@ def check_arguments(parser, args, datasets, max_scale: int | None = None) -> Non
             parser.error(f"--{option.replace('_', '-')} {value}: must be >= 1, or -1 for all cores")
     if getattr(args, "repeats", 1) < 1:
         parser.error(f"--repeats {args.repeats}: must be >= 1")
+    if getattr(args, "repetitions_now", 0) < 0:
+        parser.error(f"--repetitions-now {args.repetitions_now}: must be >= 1, or 0 for all")
     subset = getattr(args, "subset", 0)
     if isinstance(subset, int) and subset < 0:  # timing.py's --subset is NAME=SIZE pairs
         parser.error(f"--subset {subset}: must be >= 0 (0: all graphs)")

@@ -809,3 +809,48 @@ def nested_protocol(
         "seeds": list(seeds),
         "resumed_steps": resumed,
     }
+
+
+#: Entries of nested results that must agree for their repetitions to be one result.
+_SAME_RUN = ("protocol", "grid", "outer_folds", "svm", "svm_solver", "majority_rate", "accuracy_ceiling")
+
+
+def combine_repetitions(results: Sequence[dict]) -> dict:
+    """One nested result from nested results over disjoint seeds of the same run, as if
+    :func:`nested_protocol` had been called once with all their seeds in that order.
+
+    Each repetition depends on its seed alone (its folds and its selection), so
+    ``nested_protocol(W, y, seeds=(0, 1, 2))`` equals ``combine_repetitions([nested_protocol(
+    W, y, seeds=(0, 1)), nested_protocol(W, y, seeds=(2,))])``: a run of hours can be split
+    over sessions (``experiments/accuracy.py --repetitions-now``). ``resumed_steps`` add up;
+    other entries a caller added (``seconds``) are left out.
+
+    Raises:
+        ValueError: for no results, a result that is not nested, results of another grid,
+            folds, SVM, labels or distances (their majority rate or accuracy ceiling differ),
+            or a seed in more than one result.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError("combine_repetitions needs at least one result")
+    for i, result in enumerate(results):
+        if result.get("protocol") != "nested":
+            raise ValueError(f"results[{i}] is not a nested protocol result (protocol {result.get('protocol')!r})")
+        for entry in _SAME_RUN:
+            if result[entry] != results[0][entry]:
+                raise ValueError(
+                    f"results[{i}] differs from results[0] in {entry!r} ({result[entry]!r} against "
+                    f"{results[0][entry]!r}): its repetitions come from another run"
+                )
+    seeds = [seed for result in results for seed in result["seeds"]]
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise ValueError(f"seeds {repeated} are in more than one result: a repetition would count twice")
+    folds = [a for result in results for a in result["fold_accuracies"]]
+    return {
+        **{entry: results[0][entry] for entry in _SAME_RUN},
+        **repetition_summary(folds, results[0]["outer_folds"]),
+        "selected": [s for result in results for s in result["selected"]],
+        "seeds": seeds,
+        "resumed_steps": sum(result["resumed_steps"] for result in results),
+    }

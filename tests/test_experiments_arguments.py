@@ -26,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     add_run_arguments(parser, ("MUTAG", "PTC_MR"))
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--subset", type=int, default=0)
+    parser.add_argument("--repetitions-now", type=int, default=0)
     return parser
 
 
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         (["--eval-jobs", "-3"], "--eval-jobs -3: must be >= 1, or -1 for all cores"),
         (["--repeats", "0"], "--repeats 0: must be >= 1"),
         (["--subset", "-5"], "--subset -5: must be >= 0"),
+        (["--repetitions-now", "-1"], "--repetitions-now -1: must be >= 1, or 0 for all"),
     ],
 )
 def test_bad_options_are_refused_with_their_name(argv, message, capsys):

@@ -1,0 +1,71 @@
+"""A nested run split over seeds and combined is the run made in one call, and results of
+other runs are refused rather than averaged together."""
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mwsp_torch import MWSP, nested_protocol, paper_protocol
+from mwsp_torch.evaluation import combine_repetitions
+
+from random_graphs import random_graphs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+
+LAMS = (1e-2, 1e-1, 1.0)
+CS = (1e-1, 1.0, 10.0)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    graphs = random_graphs(40, seed=11, max_nodes=10)
+    y = np.array([int(g.num_nodes > 6) ^ int(int(g.node_label.sum()) % 2 == 0) for g in graphs])
+    distances = {(d, 0): MWSP(d=d, k=0).fit(graphs).distances_ for d in (1, 2)}
+    return distances, y
+
+
+def _nested(problem, seeds, Cs=CS, n_outer=4):
+    distances, y = problem
+    return nested_protocol(distances, y, LAMS, Cs, seeds=seeds, n_outer=n_outer, n_inner=3, n_jobs=1)
+
+
+def test_seeds_run_apart_and_combined_equal_one_run(problem):
+    whole = _nested(problem, (0, 1, 2))
+    combined = combine_repetitions([_nested(problem, (0, 1)), _nested(problem, (2,))])
+    assert combined == whole
+    # The repetitions differ from each other, so an order or a seed mixed up would show.
+    assert len(set(whole["repetition_accuracies"])) > 1 or len({str(s) for s in whole["selected"]}) > 1
+
+
+def test_the_order_of_the_parts_is_the_order_of_the_seeds(problem):
+    parts = [_nested(problem, (0,)), _nested(problem, (1,))]
+    swapped = combine_repetitions(parts[::-1])
+    assert swapped["seeds"] == [1, 0]
+    assert swapped["fold_accuracies"] == parts[1]["fold_accuracies"] + parts[0]["fold_accuracies"]
+
+
+def test_results_of_other_runs_are_refused(problem):
+    distances, y = problem
+    first = _nested(problem, (0,))
+    with pytest.raises(ValueError, match=r"seeds \[0\] are in more than one result"):
+        combine_repetitions([first, _nested(problem, (0,))])
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'grid'"):
+        combine_repetitions([first, _nested(problem, (1,), Cs=CS[:2])])
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'outer_folds'"):
+        combine_repetitions([first, _nested(problem, (1,), n_outer=5)])
+    with pytest.raises(ValueError, match="results\\[1\\] is not a nested protocol result"):
+        combine_repetitions([first, paper_protocol(distances[(1, 0)], y, LAMS, CS, n_splits=4, n_jobs=1)])
+    with pytest.raises(ValueError, match="at least one result"):
+        combine_repetitions([])
+
+
+def test_accuracy_script_runs_only_the_missing_seeds():
+    from accuracy import missing_seeds
+
+    stored = {"nested": {"seeds": [0, 1, 2]}}
+    assert missing_seeds(SimpleNamespace(repeats=10, repetitions_now=4), stored) == [3, 4, 5, 6]
+    assert missing_seeds(SimpleNamespace(repeats=10, repetitions_now=0), stored) == list(range(3, 10))
+    assert missing_seeds(SimpleNamespace(repeats=5, repetitions_now=4), None) == [0, 1, 2, 3]
