@@ -6,12 +6,16 @@ For each ``m``: W from every graph to the landmark pool of every fold
 W (``cache.cached_distances``, computed once and cached) and ``nested_protocol`` on the
 same grid, seeds and folds, timed; the pool's columns are then checked against the full
 W's (equal to rounding: the full fit solves each distinct measure once, 1e-16 apart).
-``--subset N`` draws ``N`` graphs, stratified, seeded, first.
+``--subset N`` draws ``N`` graphs, stratified, seeded, first. ``--multiscale LAM ...``
+adds one candidate to the Nystroem grid: those scales' features side by side (the same
+distances; ``MWSPNystroem(lam=(...))``). A grid other than the default is part of each
+entry's key.
 
     python benchmarks/nystroem_accuracy.py --dataset NCI1 --m 100 250 500 1000 2000 --full
     python benchmarks/nystroem_accuracy.py --dataset PROTEINS --m 100 250 500 --full
     python benchmarks/nystroem_accuracy.py --dataset DBLP_v1 --m 100 250 500
     python benchmarks/nystroem_accuracy.py --dataset DBLP_v1 --subset 4000 --m 100 250 500 --full
+    python benchmarks/nystroem_accuracy.py --dataset NCI1 --m 500 --multiscale 0.01 0.03 0.1 0.3 1
     python benchmarks/nystroem_accuracy.py --table   # the tables of benchmarks/README.md
 
 Writes (or updates, keyed by dataset, subset and m) the ``accuracy`` entries of
@@ -54,13 +58,17 @@ def table() -> str:
     """The accuracy entries and the growth rows of the results file as Markdown tables."""
     results = json.loads(RESULTS.read_text())
     lines = [
-        "| data | graphs | method | m | pool | accuracy % (std: folds) | W pairs | W s | selection s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| data | graphs | method | lam grid | m | pool | accuracy % (std: folds) | W pairs | W s | selection s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in results.get("accuracy", {}).items():
-        method = "full kernel" if key.endswith("/full") else "Nystroem"
+        method = "full kernel" if "/full" in key else "Nystroem"
+        grid = " ".join(f"{lam:g}" for lam in r["protocol"]["lams"])
+        if r["protocol"].get("multiscale"):
+            grid += " (" + "+".join(f"{lam:g}" for lam in r["protocol"]["multiscale"]) + ")"
         lines.append(
-            f"| {key.split('/')[0]} | {r['graphs']} | {method} | {r.get('m', '-')} | {r.get('pool_size', '-')} | "
+            f"| {key.split('/')[0]} | {r['graphs']} | {method} | {grid} | {r.get('m', '-')} | "
+            f"{r.get('pool_size', '-')} | "
             f"{r['accuracy_mean']:.2f} +- {r['fold_accuracy_std']:.2f} | {r['distances_pairs']:,} | "
             f"{r['distances_seconds']:.0f} | {r['selection_seconds']:.0f} |"
         )
@@ -86,6 +94,9 @@ def main() -> None:
     parser.add_argument("--m", type=int, nargs="+", default=[100, 250, 500, 1000, 2000])
     parser.add_argument("--lams", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument("--Cs", type=float, nargs="+", default=[1.0, 10.0, 100.0])
+    parser.add_argument(
+        "--multiscale", type=float, nargs="+", default=[], help="one more Nystroem candidate: these scales side by side"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--n-outer", type=int, default=10)
     parser.add_argument("--n-inner", type=int, default=3)
@@ -107,12 +118,15 @@ def main() -> None:
         name = f"{args.dataset}-subset{args.subset}"
     key = (args.d, args.k)
     common = {"lams": args.lams, "Cs": args.Cs, "seeds": args.seeds, "n_outer": args.n_outer, "n_inner": args.n_inner}
+    folds = "StratifiedKFold(shuffle=True, random_state=seed), outer and inner"
+    grid = "" if args.lams == [0.01, 0.1] else "/lams=" + ",".join(f"{lam:g}" for lam in args.lams)
+    nystroem_grid = grid + ("/multiscale=" + ",".join(f"{lam:g}" for lam in args.multiscale) if args.multiscale else "")
     header = {
         "dataset": args.dataset,
         "graphs": len(y),
         "subset": args.subset,
         "setting": list(key),
-        "protocol": {**common, "folds": "StratifiedKFold(shuffle=True, random_state=seed), outer and inner"},
+        "protocol": {**common, "folds": folds},
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
     }
     full_w = None
@@ -131,7 +145,7 @@ def main() -> None:
             "selection_seconds": time.perf_counter() - start,
         }
         print(f"{name} full: {entry['accuracy_mean']:.2f} (selection {entry['selection_seconds']:.0f} s)", flush=True)
-        _save(f"{name}/full", entry)
+        _save(f"{name}/full{grid}", entry)
     for m in args.m:
         pool = landmark_pool(y, m, args.seeds, args.n_outer, args.n_inner)
         start = time.perf_counter()
@@ -141,9 +155,11 @@ def main() -> None:
         if gap is not None and gap > 1e-12 * float(full_w.max()):
             raise AssertionError(f"{name}: the pool's W differs from the full W's columns by {gap}")
         start = time.perf_counter()
-        result = nystroem_protocol({key: w_pool}, y, m, pool=pool, **common)
+        lams = [*args.lams, *([tuple(args.multiscale)] if args.multiscale else [])]
+        result = nystroem_protocol({key: w_pool}, y, m, pool=pool, **{**common, "lams": lams})
         entry = {
             **header,
+            "protocol": {**common, "multiscale": args.multiscale, "folds": folds},
             "method": "Nystroem, nystroem_protocol (LinearSVC)",
             "m": m,
             **_summary(result),
@@ -162,7 +178,7 @@ def main() -> None:
             f"selection {entry['selection_seconds']:.0f} s)",
             flush=True,
         )
-        _save(f"{name}/m={m}", entry)
+        _save(f"{name}/m={m}{nystroem_grid}", entry)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ Inside each fold:
   as :func:`~mwsp_torch.evaluation.nested_protocol` does; ``m`` fixed per run) of
   scikit-learn's ``LinearSVC`` (squared hinge, L2, primal solver) on the features
   ``K(G, L) U S^(-1/2) U^T`` (:func:`~mwsp_torch.nystroem.nystroem_normalization`, small
-  eigenvalues dropped); the outer fold is then fitted and scored once.
+  eigenvalues dropped); the outer fold is then fitted and scored once. An entry of the
+  ``lam`` grid may be a tuple of scales: its features are every scale's side by side.
 
 Figures against the full kernel: ``benchmarks/nystroem_accuracy.py``.
 """
@@ -51,8 +52,7 @@ from mwsp_torch.evaluation import (
     repetition_summary,
     selected_setting,
 )
-from mwsp_torch.kernel import laplacian_kernel
-from mwsp_torch.nystroem import nystroem_normalization
+from mwsp_torch.nystroem import lam_scales, scale_features
 from mwsp_torch.transport import exact_distances
 
 #: Iterations of LinearSVC's primal solver (scikit-learn's default is 1000).
@@ -125,15 +125,29 @@ class PoolFeatures:
         self.column = np.full(n, -1, dtype=np.int64)
         self.column[pool] = np.arange(len(pool))
 
-    def __call__(self, rows: np.ndarray, landmarks: np.ndarray, lam: float) -> tuple[np.ndarray, int]:
+    def __call__(self, rows: np.ndarray, landmarks: np.ndarray, lam) -> tuple[np.ndarray, int]:
+        """``lam``: a scale or a tuple of them (features side by side, :func:`scale_features`)."""
         columns = self.column[landmarks]
         if (columns < 0).any():
             missing = int(landmarks[np.argmax(columns < 0)])
             raise ValueError(f"graph {missing} is a landmark but not in the pool: compute W to landmark_pool(...)")
-        normalization, _, dropped = nystroem_normalization(
-            laplacian_kernel(self.distances[np.ix_(landmarks, columns)], lam), self.eigen_tol
+        features, _, _, dropped = scale_features(
+            self.distances[np.ix_(landmarks, columns)], self.distances[np.ix_(rows, columns)], lam, self.eigen_tol
         )
-        return laplacian_kernel(self.distances[np.ix_(rows, columns)], lam) @ normalization, dropped
+        return features, dropped
+
+
+def check_lam_grid(lams) -> tuple:
+    """The Nystroem protocol's ``lams``: a non-empty grid whose entries are scales or tuples
+    of scales (:func:`~mwsp_torch.nystroem.lam_scales`), tuples kept as tuples."""
+    lams = tuple(lams) if isinstance(lams, (tuple, list)) else tuple(check_grid(lams, "lams"))
+    if not lams:
+        raise ValueError("lams is empty: give at least one value")
+    grid = []
+    for i, lam in enumerate(lams):
+        scales = lam_scales(lam, f"lams[{i}]")
+        grid.append(scales if isinstance(lam, (tuple, list)) else scales[0])
+    return tuple(grid)
 
 
 def _accuracy(features, y, train, test, C: float, stats: dict) -> float:
@@ -169,7 +183,9 @@ def nystroem_protocol(
         n_components (int): landmarks ``m`` per fold.
         pool (np.ndarray, optional): ``[p]`` graph indices of W's columns, holding
             :func:`landmark_pool`'s (default: all graphs).
-        lams, Cs: grids of finite numbers ``> 0``.
+        lams, Cs: grids of finite numbers ``> 0``; an entry of ``lams`` may be a tuple of
+            them, one candidate whose features are every scale's side by side (same
+            distances; :mod:`mwsp_torch.nystroem`).
         seeds: one repetition per seed (default ``(0,)``).
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         eigen_tol (float): :func:`~mwsp_torch.nystroem.nystroem_normalization`'s floor.
@@ -186,7 +202,7 @@ def nystroem_protocol(
     """
     y = check_labels(y)
     n = len(y)
-    lams, Cs = check_grid(lams, "lams"), check_grid(Cs, "Cs")
+    lams, Cs = check_lam_grid(lams), check_grid(Cs, "Cs")
     seeds = check_seeds(seeds)
     if not is_integer(n_components) or n_components < 1:
         raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}")

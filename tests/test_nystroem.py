@@ -57,6 +57,35 @@ def test_same_seed_same_landmarks_and_features():
     assert np.array_equal(a.transform(GRAPHS[:5]), b.transform(GRAPHS[:5]))
 
 
+@pytest.mark.parametrize("landmarks", ["random", "kmeans++"])
+def test_a_tuple_of_scales_puts_each_scale_s_features_side_by_side(landmarks):
+    both = MWSPNystroem(n_components=8, landmarks=landmarks, lam=(0.5, 2.0), random_state=4).fit(GRAPHS)
+    features = both.transform(GRAPHS)
+    assert features.shape == (len(GRAPHS), 16) and both.normalization_.shape == (2, 8, 8)
+    if landmarks == "random":  # the same draw whatever lam: each block is that scale's transformer
+        for block, lam in zip((features[:, :8], features[:, 8:]), (0.5, 2.0), strict=True):
+            one = MWSPNystroem(n_components=8, lam=lam, random_state=4).fit(GRAPHS)
+            assert np.array_equal(one.landmark_indices_, both.landmark_indices_)
+            np.testing.assert_allclose(block, one.transform(GRAPHS), rtol=0, atol=1e-12)
+    # On the landmarks' rows the Gram matrix is the sum kernel, exactly (both scales' K(L, L)
+    # positive definite on these graphs, as asserted).
+    w = MWSP(d=2, k=0).fit(GRAPHS).distances_
+    order = both.landmark_indices_
+    assert both.dropped_eigenvalues_ == 0
+    summed = np.exp(-0.5 * w) + np.exp(-2.0 * w)
+    np.testing.assert_allclose((features @ features.T)[order], summed[order], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "lam,message",
+    [((), "empty tuple of scales"), ((0.5, 0.5), "repeats a scale"), ((0.5, -1.0), "a number > 0 or a tuple")],
+)
+def test_bad_scales_are_refused_before_any_work(lam, message, monkeypatch):
+    monkeypatch.setattr(MWSP, "fit", lambda *a, **k: (_ for _ in ()).throw(AssertionError("work started")))
+    with pytest.raises(ValueError, match=message):
+        MWSPNystroem(n_components=5, lam=lam).fit(GRAPHS)
+
+
 def test_kmeans_plus_plus_never_picks_a_copy_of_a_landmark():
     # Six copies of one graph and three distinct others: after the first landmark, a copy of a
     # chosen graph is at feature-space distance 0, so k-means++ must take the distinct ones.
@@ -176,9 +205,26 @@ def test_the_protocol_features_are_the_transformer_features(protocol_w):
     np.testing.assert_allclose(features, nys.transform(PROTOCOL_GRAPHS), rtol=0, atol=1e-9)
 
 
+def test_the_protocol_takes_a_tuple_of_scales_as_one_candidate(protocol_w):
+    from mwsp_torch.nystroem_protocol import PoolFeatures, nystroem_protocol
+
+    pool_features = PoolFeatures(protocol_w, np.arange(40), 40, 1e-12)
+    rows, landmarks = np.arange(40), np.arange(5, 15)
+    both, dropped = pool_features(rows, landmarks, (0.5, 2.0))
+    halves = [pool_features(rows, landmarks, lam) for lam in (0.5, 2.0)]
+    assert np.array_equal(both, np.hstack([halves[0][0], halves[1][0]]))
+    assert dropped == halves[0][1] + halves[1][1]
+    only = nystroem_protocol({(2, 0): protocol_w}, PROTOCOL_Y, 6, **{**PROTOCOL, "lams": [(0.5, 2.0)]})
+    assert all(s["lam"] == (0.5, 2.0) for s in only["selected"]) and only["grid"]["lam"] == [(0.5, 2.0)]
+    mixed = nystroem_protocol({(2, 0): protocol_w}, PROTOCOL_Y, 6, **{**PROTOCOL, "lams": [0.5, (0.5, 2.0)]})
+    assert {str(s["lam"]) for s in mixed["selected"]} <= {"0.5", "(0.5, 2.0)"}
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
+        ({"lams": [0.5, (0.5, "x")]}, r"lams\[1\] must be a number > 0 or a tuple"),
+        ({"lams": [()]}, r"lams\[0\] is an empty tuple"),
         ({"n_components": 30}, "landmarks cannot be drawn from a training set of"),
         ({"n_components": 0}, "n_components must be an integer >= 1"),
         ({"lams": ()}, "lams is empty: give at least one value"),
