@@ -37,7 +37,7 @@ from sklearn.model_selection import train_test_split
 
 from mwsp_torch import load_dataset, nested_protocol
 from mwsp_torch.cache import cached_distances
-from mwsp_torch.nystroem_protocol import landmark_distances, landmark_pool, nystroem_protocol
+from mwsp_torch.nystroem_protocol import check_lam_grid, landmark_distances, landmark_pool, nystroem_protocol
 
 RESULTS = Path(__file__).with_name("results-nystroem.json")
 
@@ -104,6 +104,10 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="also the full kernel's nested protocol")
     parser.add_argument("--n-jobs", type=int, default=-1)
     args = parser.parse_args()
+    try:  # before hours of distances
+        check_lam_grid([*args.lams, *([tuple(args.multiscale)] if args.multiscale else [])])
+    except ValueError as error:
+        parser.error(f"--lams/--multiscale: {error}")
     if args.table:
         print(table())
         return

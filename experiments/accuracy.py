@@ -12,7 +12,8 @@ searched is recorded. Then:
   grid, ``--repeats`` repetitions with seeds 0..R-1. ``--repetitions-now N`` runs at most
   N of the repetitions a dataset still lacks and stores the run so far; the next call
   with the same grid adds the next ones (``combine_repetitions``: the same result as one
-  call), so NCI1's ten repetitions over 9 settings, about 3.5 hours here, can span sessions.
+  call), so NCI1's ten repetitions over 9 settings, about 3.5 hours here, can span sessions;
+  a stored run of fewer repetitions than ``--repeats`` grows to it.
 
 Writes ``results/raw/accuracy-NAME.json`` per dataset (a killed run resumes: W from the
 distance cache and its tiles, the selection from its finished steps, both under the cache
@@ -48,7 +49,7 @@ from common import (
 
 from mwsp_torch import nested_protocol, paper_protocol
 from mwsp_torch.datasets import resolve_cache_dir
-from mwsp_torch.evaluation import combine_repetitions, reported_std
+from mwsp_torch.evaluation import NESTED_INNER_FOLDS, combine_repetitions, reported_std
 
 
 def run_dataset(name: str, args) -> dict:
@@ -56,10 +57,13 @@ def run_dataset(name: str, args) -> dict:
     if raw is not None and not args.force:
         # A stored run is reused only for the same request; another grid, repetitions or
         # subset is refused rather than answered with the stored run's numbers.
+        # --repeats is a target: a stored run of seeds 0..r-1 grows to it (fewer is refused).
+        seeds = raw["nested"]["seeds"]
+        grows = seeds == list(range(len(seeds))) and len(seeds) <= args.repeats
         stored = (
             raw["grid_requested"]["d"],
             raw["grid_requested"]["k"],
-            raw.get("repeats_requested", len(raw["nested"]["seeds"])),
+            args.repeats if grows else len(seeds),
             raw.get("subset_size", 0),
         )
         asked = (list(args.d), list(args.k), args.repeats, args.subset)
@@ -139,7 +143,11 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
     )
     nested_seconds = time.perf_counter() - start
     if stored is not None:
-        nested = combine_repetitions([stored["nested"], nested])
+        # Runs stored before results named their inner folds and inputs: the default inner
+        # folds, as this one, and the same graphs and grid (checked above), so the same W.
+        digest = {"inputs_sha256": nested["inputs_sha256"]}
+        earlier = {"inner_folds": NESTED_INNER_FOLDS, "outer_folds_given": False, **digest, **stored["nested"]}
+        nested = combine_repetitions([earlier, nested])
         nested_seconds += stored["nested"]["seconds"]
     raw = {
         "dataset": name,

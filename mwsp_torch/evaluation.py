@@ -751,7 +751,9 @@ def nested_protocol(
         that errs on the same graphs whatever the folds has a std of 0),
         ``repetition_accuracies``, ``fold_accuracies``, ``fold_accuracy_std``, ``selected``,
         ``majority_rate``, ``accuracy_ceiling`` (:func:`accuracy_ceiling`), ``grid``,
-        ``resumed_steps`` and ``protocol``.
+        ``outer_folds``, ``inner_folds``, ``outer_folds_given``, ``inputs_sha256``
+        (:func:`inputs_digest`), ``svm``, ``svm_solver``, ``seeds``, ``resumed_steps`` and
+        ``protocol``.
 
     Raises:
         ValueError: as :func:`paper_protocol` does (a W's messages name its ``(d, k)``), and
@@ -804,6 +806,9 @@ def nested_protocol(
             "C": list(Cs),
         },
         "outer_folds": n_outer,
+        "inner_folds": n_inner,
+        "outer_folds_given": outer_folds is not None,
+        "inputs_sha256": inputs_digest(distances, y),
         "svm": svm if svm == "svc" else f"krein-{krein}",
         "svm_solver": svm_solver,
         "seeds": list(seeds),
@@ -811,8 +816,29 @@ def nested_protocol(
     }
 
 
+def inputs_digest(distances: Mapping, y: np.ndarray) -> str:
+    """SHA-256 of a protocol's inputs: every setting's key and W (as float64) and the labels,
+    so that results of other data are told apart (:func:`combine_repetitions`)."""
+    digest = hashlib.sha256()
+    for key in sorted(distances):
+        digest.update(repr(key).encode())
+        digest.update(np.ascontiguousarray(distances[key], dtype=np.float64).tobytes())
+    digest.update(repr(np.asarray(y).tolist()).encode())
+    return digest.hexdigest()
+
+
 #: Entries of nested results that must agree for their repetitions to be one result.
-_SAME_RUN = ("protocol", "grid", "outer_folds", "svm", "svm_solver", "majority_rate", "accuracy_ceiling")
+_SAME_RUN = (
+    "protocol",
+    "inputs_sha256",
+    "grid",
+    "outer_folds",
+    "inner_folds",
+    "svm",
+    "svm_solver",
+    "majority_rate",
+    "accuracy_ceiling",
+)
 
 
 def combine_repetitions(results: Sequence[dict]) -> dict:
@@ -826,9 +852,10 @@ def combine_repetitions(results: Sequence[dict]) -> dict:
     other entries a caller added (``seconds``) are left out.
 
     Raises:
-        ValueError: for no results, a result that is not nested, results of another grid,
-            folds, SVM, labels or distances (their majority rate or accuracy ceiling differ),
-            or a seed in more than one result.
+        ValueError: for no results, a result that is not nested or lacks an entry, results
+            of other labels or distances (``inputs_sha256``), grid, folds or SVM, a seed in
+            more than one result, or runs on given outer folds (one call takes one seed
+            there).
     """
     results = list(results)
     if not results:
@@ -836,6 +863,14 @@ def combine_repetitions(results: Sequence[dict]) -> dict:
     for i, result in enumerate(results):
         if result.get("protocol") != "nested":
             raise ValueError(f"results[{i}] is not a nested protocol result (protocol {result.get('protocol')!r})")
+        missing = [entry for entry in (*_SAME_RUN, "seeds", "selected", "fold_accuracies") if entry not in result]
+        if missing:
+            raise ValueError(f"results[{i}] lacks {missing}: not a whole nested_protocol result of this version")
+        if result.get("outer_folds_given"):
+            raise ValueError(
+                f"results[{i}] was scored on given outer folds (a split file): its repetitions would repeat "
+                "the same folds, so they are not combined"
+            )
         for entry in _SAME_RUN:
             if result[entry] != results[0][entry]:
                 raise ValueError(
@@ -850,7 +885,8 @@ def combine_repetitions(results: Sequence[dict]) -> dict:
     return {
         **{entry: results[0][entry] for entry in _SAME_RUN},
         **repetition_summary(folds, results[0]["outer_folds"]),
+        "outer_folds_given": False,
         "selected": [s for result in results for s in result["selected"]],
         "seeds": seeds,
-        "resumed_steps": sum(result["resumed_steps"] for result in results),
+        "resumed_steps": sum(result.get("resumed_steps", 0) for result in results),
     }

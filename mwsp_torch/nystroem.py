@@ -49,18 +49,19 @@ def lam_scales(lam, name: str = "lam") -> tuple[float, ...]:
         ValueError: naming ``name``, for anything else (an empty or repeated tuple, a value
             that is not a finite number > 0).
     """
-    if isinstance(lam, (tuple, list)):
-        scales = tuple(lam)
-        if not scales:
-            raise ValueError(f"{name} is an empty tuple of scales: give at least one")
-        if len(set(scales)) != len(scales):
-            raise ValueError(f"{name} {list(scales)} repeats a scale: its features would count twice")
-    else:
-        scales = (lam,)
-    for value in scales:
+    if not isinstance(lam, (tuple, list)):
+        if not is_positive_number(lam):
+            raise ValueError(f"{name} must be a number > 0 or a tuple or list of them, got {lam!r}")
+        return (float(lam),)
+    if not lam:
+        raise ValueError(f"{name} is an empty tuple of scales: give at least one")
+    for i, value in enumerate(lam):
         if not is_positive_number(value):
-            raise ValueError(f"{name} must be a number > 0 or a tuple of them, got {lam!r}")
-    return tuple(float(value) for value in scales)
+            raise ValueError(f"{name}[{i}] must be a number > 0 (a scale), got {value!r}")
+    scales = tuple(float(value) for value in lam)
+    if len(set(scales)) != len(scales):
+        raise ValueError(f"{name} {list(scales)} repeats a scale: its features would count twice")
+    return scales
 
 
 def scale_features(landmark_distances: np.ndarray, distances: np.ndarray, lam, eigen_tol: float = 1e-12):
@@ -126,8 +127,9 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
         d, k, paths, labels, n_jobs, exact_engine, device, progress: as in :class:`MWSP`
             (defaults ``2``, ``0``, ``"split"``, ``"auto"``, ``-1``, ``"auto"``, ``"cpu"``,
             ``False``). The transport is always exact.
-        lam: the kernel's scale, as in :class:`MWSP` (default ``1.0``), or a tuple of scales:
-            ``m`` features for each, side by side, from the same distances (module docstring).
+        lam: the kernel's scale, as in :class:`MWSP` (default ``1.0``), or a tuple or list of
+            scales: ``m`` features for each, side by side, from the same distances (module
+            docstring).
         eigen_tol (float): eigenvalues of ``K(L, L)`` at or below ``eigen_tol`` times the
             largest are dropped (default ``1e-12``).
         random_state (int, optional): seed of the landmark draw (default ``None``: fresh).
@@ -141,6 +143,8 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             for a tuple).
         dropped_eigenvalues_ (int): how many were at or below the floor (negative ones
             included), over all scales.
+        lams_ (tuple): the scales fitted, which ``transform`` uses (a later ``set_params``
+            needs a new ``fit``).
     """
 
     def __init__(
@@ -222,9 +226,12 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             indices = self._kmeans_plus_plus(graphs, rng)
         model = self._mwsp().fit([graphs[int(i)] for i in indices])
         w = model.distances_
-        _, normalization, eigenvalues, dropped = scale_features(w, w[:0], self.lam, self.eigen_tol)
+        lams = lam_scales(self.lam)
+        _, normalization, eigenvalues, dropped = scale_features(w, w[:0], lams, self.eigen_tol)
         if not isinstance(self.lam, (tuple, list)):
             normalization, eigenvalues = normalization[0], eigenvalues[0]
+            lams = lams[0]
+        self.lams_ = lams
         self.landmark_indices_ = indices
         self.model_ = model
         self.eigenvalues_ = eigenvalues
@@ -259,5 +266,5 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "normalization_")
         w = self.model_.cross_distances(graphs)
         normalizations = self.normalization_.reshape(-1, *self.normalization_.shape[-2:])
-        scales = lam_scales(self.lam)
+        scales = lam_scales(self.lams_)
         return np.hstack([laplacian_kernel(w, s) @ n for s, n in zip(scales, normalizations, strict=True)])

@@ -27,9 +27,9 @@ def problem():
     return distances, y
 
 
-def _nested(problem, seeds, Cs=CS, n_outer=4):
+def _nested(problem, seeds, Cs=CS, n_outer=4, n_inner=3, **kwargs):
     distances, y = problem
-    return nested_protocol(distances, y, LAMS, Cs, seeds=seeds, n_outer=n_outer, n_inner=3, n_jobs=1)
+    return nested_protocol(distances, y, LAMS, Cs, seeds=seeds, n_outer=n_outer, n_inner=n_inner, n_jobs=1, **kwargs)
 
 
 def test_seeds_run_apart_and_combined_equal_one_run(problem):
@@ -58,8 +58,50 @@ def test_results_of_other_runs_are_refused(problem):
         combine_repetitions([first, _nested(problem, (1,), n_outer=5)])
     with pytest.raises(ValueError, match="results\\[1\\] is not a nested protocol result"):
         combine_repetitions([first, paper_protocol(distances[(1, 0)], y, LAMS, CS, n_splits=4, n_jobs=1)])
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'inner_folds'"):
+        combine_repetitions([first, _nested(problem, (1,), n_inner=2)])
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'svm'"):
+        combine_repetitions([first, _nested(problem, (1,), svm="krein")])
+    flipped = nested_protocol(distances, 1 - y, LAMS, CS, seeds=(1,), n_outer=4, n_inner=3, n_jobs=1)
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'inputs_sha256'"):
+        combine_repetitions([first, flipped])  # other labels (the same majority rate)
+    scaled = {key: 2 * w for key, w in distances.items()}
+    other = nested_protocol(scaled, y, LAMS, CS, seeds=(1,), n_outer=4, n_inner=3, n_jobs=1)
+    with pytest.raises(ValueError, match="differs from results\\[0\\] in 'inputs_sha256'"):
+        combine_repetitions([first, other])  # other distances
+    folds = [(np.setdiff1d(np.arange(len(y)), test), test) for test in np.array_split(np.arange(len(y)), 4)]
+    given = nested_protocol(distances, y, LAMS, CS, seeds=(1,), outer_folds=folds, n_inner=3, n_jobs=1)
+    with pytest.raises(ValueError, match="given outer folds"):
+        combine_repetitions([given])
+    with pytest.raises(ValueError, match=r"results\[0\] lacks \['inner_folds'\]"):
+        combine_repetitions([{k: v for k, v in first.items() if k != "inner_folds"}])
     with pytest.raises(ValueError, match="at least one result"):
         combine_repetitions([])
+
+
+def test_accuracy_script_grows_a_stored_run_to_the_result_of_one_run(tmp_path, monkeypatch):
+    """Two calls of one repetition each store what one call of two stores (MUTAG, one
+    setting), the paper protocol kept from the first; a smaller target is refused."""
+    import accuracy
+    import common
+
+    monkeypatch.setenv("MWSP_DATA_ROOT", str(Path(__file__).parent / "data"))
+    monkeypatch.setenv("MWSP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(common, "RAW", tmp_path / "raw")
+
+    def args(repeats, now=0, force=False):
+        return SimpleNamespace(d=[1], k=[0], repeats=repeats, repetitions_now=now, subset=0, force=force,
+                               budget=1e9, n_jobs=1, eval_jobs=1, quiet=True)  # fmt: skip
+
+    first = accuracy.run_dataset("MUTAG", args(2, now=1, force=True))
+    assert first["nested"]["seeds"] == [0]
+    grown = accuracy.run_dataset("MUTAG", args(2, now=1))
+    whole = accuracy.run_dataset("MUTAG", args(2, force=True))
+    for entry in ("fold_accuracies", "selected", "seeds", "accuracy_mean", "accuracy_std", "repetition_accuracies"):
+        assert grown["nested"][entry] == whole["nested"][entry], entry
+    assert grown["paper"] == first["paper"]
+    with pytest.raises(SystemExit, match="2 repetitions"):
+        accuracy.run_dataset("MUTAG", args(1))
 
 
 def test_accuracy_script_runs_only_the_missing_seeds():
