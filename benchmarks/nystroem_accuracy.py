@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="NCI1")
     parser.add_argument("--d", type=int, default=2)
     parser.add_argument("--k", type=int, default=0)
-    parser.add_argument("--m", type=int, nargs="+", default=[100, 250, 500, 1000, 2000])
+    parser.add_argument("--m", type=int, nargs="*", default=[100, 250, 500, 1000, 2000])
     parser.add_argument("--lams", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument("--Cs", type=float, nargs="+", default=[1.0, 10.0, 100.0])
     parser.add_argument(
