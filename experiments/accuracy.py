@@ -13,7 +13,8 @@ searched is recorded. Then:
   N of the repetitions a dataset still lacks and stores the run so far; the next call
   with the same grid adds the next ones (``combine_repetitions``: the same result as one
   call), so NCI1's ten repetitions over 9 settings, about 3.5 hours here, can span sessions;
-  a stored run of fewer repetitions than ``--repeats`` grows to it.
+  a stored run of fewer repetitions than ``--repeats`` grows to it. Each repetition is
+  saved when it ends, so a stop loses at most the one under way (and that one resumes).
 
 Writes ``results/raw/accuracy-NAME.json`` per dataset (a killed run resumes: W from the
 distance cache and its tiles, the selection from its finished steps, both under the cache
@@ -109,10 +110,12 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
         searched.append([d, k])
     folds = outer_folds(y)
     # The selection's finished steps, kept until the results are saved: NCI1's ten nested
-    # repetitions over 9 settings take hours, and a killed run started again resumes.
-    request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}-s{seeds[0]}-{seeds[-1]}"
-    checkpoint = resolve_cache_dir(None) / "selection" / f"accuracy-{name_key}-{request}"
+    # repetitions over 9 settings take hours, and a killed run started again resumes. Each
+    # repetition is saved as soon as it ends, so a stop loses at most the one under way.
+    request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}"
+    selection_dir = resolve_cache_dir(None) / "selection"
     if stored is None:
+        checkpoint = selection_dir / f"accuracy-{name_key}-{request}-paper"
         start = time.perf_counter()
         paper = {
             f"{d},{k}": paper_protocol(
@@ -128,42 +131,53 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
             "seconds": time.perf_counter() - start,
             "resumed_steps": sum(r["resumed_steps"] for r in paper.values()),
         }
+        distance_seconds = seconds
     else:
         paper_entry = stored["paper"]
+        distance_seconds = stored["distance_seconds"]
         print(f"{name}: adding repetitions {seeds} to the stored {stored['nested']['seeds']}", flush=True)
-    start = time.perf_counter()
-    nested = nested_protocol(
-        ws,
-        y,
-        seeds=tuple(seeds),
-        n_outer=folds,
-        n_jobs=args.eval_jobs,
-        progress=not args.quiet,
-        checkpoint=checkpoint,
-    )
-    nested_seconds = time.perf_counter() - start
+    earlier = None
     if stored is not None:
         # Runs stored before results named their inner folds and inputs: the default inner
         # folds, as this one, and the same graphs and grid (checked above), so the same W.
-        digest = {"inputs_sha256": nested["inputs_sha256"]}
-        earlier = {"inner_folds": NESTED_INNER_FOLDS, "outer_folds_given": False, **digest, **stored["nested"]}
-        nested = combine_repetitions([earlier, nested])
-        nested_seconds += stored["nested"]["seconds"]
-    raw = {
-        "dataset": name,
-        "labels": labels,
-        "grid_searched": searched,
-        "outer_folds": folds,
-        "subset": subset,
-        "subset_size": len(graphs) if subset else 0,
-        "grid_requested": {"d": args.d, "k": args.k, "budget_seconds": args.budget},
-        "repeats_requested": args.repeats,
-        "distance_seconds": seconds if stored is None else stored["distance_seconds"],
-        "paper": paper_entry,
-        "nested": {**nested, "seconds": nested_seconds},
-    }
-    save_raw(f"accuracy-{name}", raw)
-    shutil.rmtree(checkpoint, ignore_errors=True)
+        earlier = {"inner_folds": NESTED_INNER_FOLDS, "outer_folds_given": False, **stored["nested"]}
+    raw = stored
+    for seed in seeds:
+        checkpoint = selection_dir / f"accuracy-{name_key}-{request}-s{seed}"
+        start = time.perf_counter()
+        nested = nested_protocol(
+            ws,
+            y,
+            seeds=(seed,),
+            n_outer=folds,
+            n_jobs=args.eval_jobs,
+            progress=not args.quiet,
+            checkpoint=checkpoint,
+        )
+        nested_seconds = time.perf_counter() - start
+        if earlier is not None:
+            earlier.setdefault("inputs_sha256", nested["inputs_sha256"])
+            nested_seconds += earlier["seconds"]
+            nested = combine_repetitions([earlier, nested])
+        earlier = {**nested, "seconds": nested_seconds}
+        raw = {
+            "dataset": name,
+            "labels": labels,
+            "grid_searched": searched,
+            "outer_folds": folds,
+            "subset": subset,
+            "subset_size": len(graphs) if subset else 0,
+            "grid_requested": {"d": args.d, "k": args.k, "budget_seconds": args.budget},
+            "repeats_requested": args.repeats,
+            "distance_seconds": distance_seconds,
+            "paper": paper_entry,
+            "nested": earlier,
+        }
+        save_raw(f"accuracy-{name}", raw)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        print(f"{name}: saved {len(earlier['seeds'])} of {args.repeats} repetitions", flush=True)
+    if stored is None:
+        shutil.rmtree(selection_dir / f"accuracy-{name_key}-{request}-paper", ignore_errors=True)
     return raw
 
 

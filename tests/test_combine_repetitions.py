@@ -97,11 +97,45 @@ def test_accuracy_script_grows_a_stored_run_to_the_result_of_one_run(tmp_path, m
     assert first["nested"]["seeds"] == [0]
     grown = accuracy.run_dataset("MUTAG", args(2, now=1))
     whole = accuracy.run_dataset("MUTAG", args(2, force=True))
+    graphs, y, labels = common.load("MUTAG")
+    w, _ = common.distances("MUTAG", graphs, labels, 1, 0, n_jobs=1, progress=False)
+    direct = nested_protocol({(1, 0): w}, y, seeds=(0, 1), n_outer=common.outer_folds(y), n_jobs=1)
     for entry in ("fold_accuracies", "selected", "seeds", "accuracy_mean", "accuracy_std", "repetition_accuracies"):
-        assert grown["nested"][entry] == whole["nested"][entry], entry
+        assert grown["nested"][entry] == whole["nested"][entry] == direct[entry], entry
     assert grown["paper"] == first["paper"]
     with pytest.raises(SystemExit, match="2 repetitions"):
         accuracy.run_dataset("MUTAG", args(1))
+
+
+def test_accuracy_script_keeps_each_finished_repetition(tmp_path, monkeypatch):
+    """A run stopped during its second repetition has saved its first, and the next call
+    runs only the second."""
+    import accuracy
+    import common
+
+    monkeypatch.setenv("MWSP_DATA_ROOT", str(Path(__file__).parent / "data"))
+    monkeypatch.setenv("MWSP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(common, "RAW", tmp_path / "raw")
+    calls, stop_at = [], [(1,)]
+
+    def counted(*a, seeds, **kw):
+        calls.append(seeds)
+        if seeds in stop_at:
+            raise KeyboardInterrupt
+        return nested_protocol(*a, seeds=seeds, **kw)
+
+    args = SimpleNamespace(d=[1], k=[0], repeats=2, repetitions_now=0, subset=0, force=True, budget=1e9,
+                           n_jobs=1, eval_jobs=1, quiet=True)  # fmt: skip
+    monkeypatch.setattr(accuracy, "nested_protocol", counted)
+    with pytest.raises(KeyboardInterrupt):
+        accuracy.run_dataset("MUTAG", args)
+    assert common.load_raw("accuracy-MUTAG")["nested"]["seeds"] == [0]
+    assert calls == [(0,), (1,)]
+    calls.clear()
+    stop_at.clear()
+    args.force = False
+    assert accuracy.run_dataset("MUTAG", args)["nested"]["seeds"] == [0, 1]
+    assert calls == [(1,)]
 
 
 def test_accuracy_script_runs_only_the_missing_seeds():
