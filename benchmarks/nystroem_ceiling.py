@@ -19,7 +19,8 @@ from the distance cache (computed and cached when absent).
     python benchmarks/nystroem_ceiling.py --dataset NCI1 --ranks 500 1000 2000 --m 500 1000
 
 Writes the ``ceiling`` entry of ``benchmarks/results-nystroem.json`` (per dataset: each
-row's accuracy on every fold) and prints the table of ``benchmarks/README.md``.
+row's accuracy on every fold; a run on other ``--lams`` or ``--Cs`` with the same setting
+and folds adds its columns) and prints the table of ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -140,7 +141,15 @@ def main() -> None:
         "seconds": time.perf_counter() - start,
     }
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results.setdefault("ceiling", {})[args.dataset] = entry
+    earlier = results.setdefault("ceiling", {}).get(args.dataset)
+    if earlier and earlier["setting"] == entry["setting"] and earlier["folds"] == entry["folds"]:
+        # Another lam or C grid on the same folds adds its columns; a setting run again is replaced.
+        settings = [s for s in earlier["settings"] if tuple(s) not in settings] + settings
+        for method, by_setting in earlier["accuracies"].items():
+            accuracies[method] = {**by_setting, **accuracies.get(method, {})}
+        entry = {**entry, "settings": settings, "accuracies": accuracies,
+                 "seconds": earlier["seconds"] + entry["seconds"]}  # fmt: skip
+    results["ceiling"][args.dataset] = entry
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     print(table(entry))
 
