@@ -202,8 +202,8 @@ def write_tables(rows_raw: list[dict]) -> None:
         if raw.get("subset"):
             grid += f"; {raw['subset']}"
         dist_seconds = sum(raw["distance_seconds"].values())
-        resumed = {p: "; resumed after a stop: seconds leave out the work before it" if raw[p].get("resumed_steps") else ""
-                   for p in ("paper", "nested")}  # fmt: skip
+        note = "; resumed after a stop: seconds leave out the work before it"
+        resumed = {p: note if raw[p].get("resumed_steps") else "" for p in ("paper", "nested")}
         d, k = (int(v) for v in raw["paper"]["best"].split(","))
         res = raw["paper"]["result"]
         std, over = reported_std(res)
