@@ -71,15 +71,12 @@ def _nystroem(kernel, landmarks, train, test, y, C) -> float:
 
 
 def table(entry: dict) -> str:
-    """Mean accuracy over the folds, one row per method, one column per ``(lam, C)``."""
-    settings = entry["settings"]
-    lines = [
-        "| method | " + " | ".join(f"lam {lam}, C {C:g}" for lam, C in settings) + " |",
-        "|---|" + "---|" * len(settings),
-    ]
-    for method, by_setting in entry["accuracies"].items():
-        cells = [f"{100 * np.mean(by_setting[f'{lam}/{C}']):.2f}" for lam, C in settings]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    """Mean accuracy over the folds, one row per ``(lam, C)``, one column per method."""
+    methods = list(entry["accuracies"])
+    lines = ["| lam | C | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for lam, C in sorted(entry["settings"]):
+        cells = [f"{100 * np.mean(entry['accuracies'][method][f'{lam}/{C}']):.2f}" for method in methods]
+        lines.append(f"| {lam:g} | {C:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
