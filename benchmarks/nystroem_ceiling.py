@@ -7,7 +7,8 @@ setting scored on every fold, so the rows compare representations, not selection
 - ``rank r``: LinearSVC on the best rank-``r`` map of the training kernel (its ``r`` largest
   eigenpairs, ``V S^(1/2)`` for training graphs and ``K(G, train) V S^(-1/2)`` for test ones).
   This is an oracle: it needs the full training kernel, which Nystroem exists to avoid, and
-  its rank-``r`` kernel is the best rank-``r`` approximation of the training kernel;
+  its rank-``r`` kernel is the best rank-``r`` approximation of the training kernel
+  (``--svc-ranks``: the same kernel through SVC, hinge loss and a free bias, instead);
 - ``random m``: Nystroem features on the protocol's own random landmarks (``fold_landmarks``);
 - ``greedy m``: Nystroem features on landmarks chosen by pivoted Cholesky on the training
   kernel (next landmark: the largest residual diagonal). It reads only the ``m`` landmarks'
@@ -74,8 +75,9 @@ def table(entry: dict) -> str:
     """Mean accuracy over the folds, one row per ``(lam, C)``, one column per method."""
     methods = list(entry["accuracies"])
     lines = ["| lam | C | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
-    for lam, C in sorted(entry["settings"]):
-        cells = [f"{100 * np.mean(entry['accuracies'][method][f'{lam}/{C}']):.2f}" for method in methods]
+    for lam, C in sorted(map(tuple, entry["settings"])):
+        scores = [entry["accuracies"][method].get(f"{lam}/{C}") for method in methods]
+        cells = ["-" if score is None else f"{100 * np.mean(score):.2f}" for score in scores]
         lines.append(f"| {lam:g} | {C:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -86,7 +88,14 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=2)
     parser.add_argument("--k", type=int, default=0)
     parser.add_argument("--ranks", type=int, nargs="+", default=[500, 1000, 2000])
-    parser.add_argument("--m", type=int, nargs="+", default=[500, 1000])
+    parser.add_argument("--m", type=int, nargs="*", default=[500, 1000])
+    parser.add_argument(
+        "--svc-ranks",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also score SVC (hinge loss, free bias) on these ranks' kernels, to check the oracle's loss",
+    )
     parser.add_argument("--lams", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument("--Cs", type=float, nargs="+", default=[1.0, 10.0, 100.0])
     parser.add_argument("--n-outer", type=int, default=10)
@@ -124,6 +133,11 @@ def main() -> None:
                     basis, scale = vectors[:, :r][:, keep], np.sqrt(values[:r][keep])
                     accuracy = _linear(basis * scale, y[train], k_test @ basis / scale, y[test], C)
                     record(f"rank {r} (oracle)", lam, C, accuracy)
+                for r in args.svc_ranks:
+                    keep = values[:r] > 0
+                    basis, scale = vectors[:, :r][:, keep], values[:r][keep]
+                    low = SVC(kernel="precomputed", C=C).fit((basis * scale) @ basis.T, y[train])
+                    record(f"rank {r} (oracle, SVC)", lam, C, low.score(k_test @ basis @ basis.T, y[test]))
                 for m in args.m:
                     random = fold_landmarks(order, train, m)
                     record(f"random m={m}", lam, C, _nystroem(kernel, random, train, test, y, C))
@@ -141,7 +155,7 @@ def main() -> None:
     earlier = results.setdefault("ceiling", {}).get(args.dataset)
     if earlier and earlier["setting"] == entry["setting"] and earlier["folds"] == entry["folds"]:
         # Another lam or C grid on the same folds adds its columns; a setting run again is replaced.
-        settings = [s for s in earlier["settings"] if tuple(s) not in settings] + settings
+        settings = [list(s) for s in earlier["settings"] if tuple(s) not in settings] + [list(s) for s in settings]
         for method, by_setting in earlier["accuracies"].items():
             accuracies[method] = {**by_setting, **accuracies.get(method, {})}
         entry = {**entry, "settings": settings, "accuracies": accuracies,
