@@ -114,12 +114,12 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
     # repetition is saved as soon as it ends, so a stop loses at most the one under way.
     request = f"d{'-'.join(map(str, args.d))}-k{'-'.join(map(str, args.k))}-r{args.repeats}"
     selection_dir = resolve_cache_dir(None) / "selection"
+    paper_checkpoint = selection_dir / f"accuracy-{name_key}-{request}-paper"
     if stored is None:
-        checkpoint = selection_dir / f"accuracy-{name_key}-{request}-paper"
         start = time.perf_counter()
         paper = {
             f"{d},{k}": paper_protocol(
-                w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=checkpoint
+                w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=paper_checkpoint
             )
             for (d, k), w in ws.items()
         }
@@ -175,9 +175,8 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
         }
         save_raw(f"accuracy-{name}", raw)
         shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(paper_checkpoint, ignore_errors=True)  # the paper protocol is saved with it
         print(f"{name}: saved {len(earlier['seeds'])} of {args.repeats} repetitions", flush=True)
-    if stored is None:
-        shutil.rmtree(selection_dir / f"accuracy-{name_key}-{request}-paper", ignore_errors=True)
     return raw
 
 

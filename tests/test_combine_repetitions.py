@@ -131,11 +131,14 @@ def test_accuracy_script_keeps_each_finished_repetition(tmp_path, monkeypatch):
         accuracy.run_dataset("MUTAG", args)
     assert common.load_raw("accuracy-MUTAG")["nested"]["seeds"] == [0]
     assert calls == [(0,), (1,)]
+    selection = tmp_path / "cache" / "selection"
+    assert not [p for p in selection.iterdir() if p.name.endswith(("-paper", "-s0"))]  # saved, so dropped
     calls.clear()
     stop_at.clear()
     args.force = False
     assert accuracy.run_dataset("MUTAG", args)["nested"]["seeds"] == [0, 1]
     assert calls == [(1,)]
+    assert not list(selection.iterdir())
 
 
 def test_accuracy_script_runs_only_the_missing_seeds():
