@@ -125,19 +125,22 @@ def main() -> None:
             values, vectors = np.linalg.eigh(k_train)
             values, vectors = values[::-1], vectors[:, ::-1]
             greedy = {m: train[pivoted_cholesky(k_train, m)] for m in args.m}
+            # Each rank's positive eigenpairs, and for --svc-ranks its kernels, once per fold and lam.
+            truncation = {r: (vectors[:, :r][:, values[:r] > 0], values[:r][values[:r] > 0])
+                          for r in {*args.ranks, *args.svc_ranks}}  # fmt: skip
+            low_kernels = {r: ((basis * values_r) @ basis.T, k_test @ basis @ basis.T)
+                           for r, (basis, values_r) in truncation.items() if r in args.svc_ranks}  # fmt: skip
             for C in args.Cs:
                 svc = SVC(kernel="precomputed", C=C).fit(k_train, y[train])
                 record("full (SVC)", lam, C, svc.score(k_test, y[test]))
                 for r in args.ranks:
-                    keep = values[:r] > 0
-                    basis, scale = vectors[:, :r][:, keep], np.sqrt(values[:r][keep])
+                    basis, scale = truncation[r][0], np.sqrt(truncation[r][1])
                     accuracy = _linear(basis * scale, y[train], k_test @ basis / scale, y[test], C)
                     record(f"rank {r} (oracle)", lam, C, accuracy)
                 for r in args.svc_ranks:
-                    keep = values[:r] > 0
-                    basis, scale = vectors[:, :r][:, keep], values[:r][keep]
-                    low = SVC(kernel="precomputed", C=C).fit((basis * scale) @ basis.T, y[train])
-                    record(f"rank {r} (oracle, SVC)", lam, C, low.score(k_test @ basis @ basis.T, y[test]))
+                    low_train, low_test = low_kernels[r]
+                    low = SVC(kernel="precomputed", C=C).fit(low_train, y[train])
+                    record(f"rank {r} (oracle, SVC)", lam, C, low.score(low_test, y[test]))
                 for m in args.m:
                     random = fold_landmarks(order, train, m)
                     record(f"random m={m}", lam, C, _nystroem(kernel, random, train, test, y, C))
