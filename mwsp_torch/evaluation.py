@@ -58,6 +58,9 @@ SEED_RANGE = (0, 2**32 - 1)
 NESTED_INNER_FOLDS = 5
 #: Rows of W checked at a time, so that the checks need no [n, n] temporaries.
 _CHECK_ROWS = 512
+#: How far below a fold's best mean a ``C``'s best possible mean must fall before its fits stop
+#: (:func:`_inner_scores`): far above rounding, far below the 1 / n steps of an accuracy.
+_FLOOR_MARGIN = 1e-9
 
 
 def majority_rate(y: np.ndarray) -> float:
@@ -407,13 +410,37 @@ def _accuracies(solver: str, k_train, y_train, k_test, y_test, Cs) -> np.ndarray
     return np.array([_svc_accuracy(k_train, y_train, k_test, y_test, C) for C in Cs])
 
 
-def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: np.ndarray, splits: list):
+def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: np.ndarray, splits: list, floor=None):
     """Mean inner-validation accuracy of each ``C`` for one setting ``key`` and ``lam`` on the
-    training fold ``train``: one step of a fold's selection."""
-    scores = np.zeros(len(Cs))
-    for (inner_train, inner_test), (kt, kv) in zip(splits, kernels.inner(key, lam, train, splits), strict=True):
-        scores += _accuracies(kernels.solver, kt, y[train][inner_train], kv, y[train][inner_test], Cs)
-    return scores / len(splits)
+    training fold ``train``: one step of a fold's selection.
+
+    ``floor`` is a mean another step of the same fold has already reached. A ``C`` whose mean
+    stays below it even if every remaining split scored 100 % cannot be selected (the first
+    best wins, and this one is not even level), so it is not fitted on the remaining splits
+    and its score is NaN, which never wins a comparison. Selections do not change; the work
+    does (NCI1: ``benchmarks/README.md``). The path solver fits the whole ``C`` grid per split,
+    so for it a split is skipped only when no ``C`` can still win."""
+    floor = -np.inf if floor is None else floor
+    totals = np.zeros(len(Cs))
+    alive = np.ones(len(Cs), dtype=bool)
+    y_train = y[train]
+    for j, ((inner_train, inner_test), (kt, kv)) in enumerate(
+        zip(splits, kernels.inner(key, lam, train, splits), strict=True)
+    ):
+        fit = alive if kernels.solver == "libsvm" else np.ones(len(Cs), dtype=bool)
+        Cs_fit = [C for C, wanted in zip(Cs, fit, strict=True) if wanted]
+        totals[fit] += _accuracies(kernels.solver, kt, y_train[inner_train], kv, y_train[inner_test], Cs_fit)
+        best_possible = (totals + (len(splits) - j - 1)) / len(splits)
+        alive &= best_possible >= floor - _FLOOR_MARGIN
+        if not alive.any():
+            break
+    return np.where(alive, totals / len(splits), np.nan)
+
+
+def _best_score(scores: np.ndarray) -> float:
+    """A step's best mean, ``-inf`` when every ``C`` was cut (:func:`_inner_scores`)."""
+    kept = scores[~np.isnan(scores)]
+    return float(kept.max()) if kept.size else -np.inf
 
 
 def _fold_accuracy(kernels: _Kernels, choice, y: np.ndarray, train: np.ndarray, test: np.ndarray) -> float:
@@ -459,6 +486,8 @@ def _run_folds(
     fold, under one progress bar over all of them; the processes read W from one
     memory-mapped copy (:func:`_shared`). A fold selects in grid order (setting, then
     ``lam``, then ``C``): the first best mean inner accuracy wins, whatever ``n_jobs``.
+    Steps skip the ``C`` that can no longer win their fold (:func:`_inner_scores`), led by
+    the step likeliest to win (:func:`_led_by_last_best`); what is selected does not change.
     With a store, its steps are read instead of computed and each new one is kept there.
     """
     splits = [inner_splits for _, _, inner_splits in folds]
@@ -475,13 +504,26 @@ def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runne
     resumed = len(scores)
     # Resumed steps are the bar's start, not progress: its rate and estimate count new steps only.
     bar = tqdm(total=len(steps) + len(folds), initial=resumed, desc=desc, unit="step", disable=_hidden(progress))
+    # Each fold's best mean so far: a step made later skips the C it cannot beat (_inner_scores).
+    # Steps are made as workers take them, so the floor is as fresh as the finished work.
+    reached = {}
+    for (f, _, _), step_scores in scores.items():
+        reached[f] = max(reached.get(f, -np.inf), _best_score(step_scores))
+    made = []  # the steps in the order their tasks were made, which is the order results come in
+
+    def tasks():
+        for f, key, lam in _led_by_last_best([step for step in steps if step not in scores], scores):
+            made.append((f, key, lam))
+            yield delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f], reached.get(f))
+
     with bar:
-        todo = [step for step in steps if step not in scores]
-        tasks = (delayed(_inner_scores)(kernels, key, lam, Cs, y, folds[f][0], splits[f]) for f, key, lam in todo)
-        for step, step_scores in zip(todo, runner(tasks), strict=True):
+        for i, step_scores in enumerate(runner(tasks())):
+            step = made[i]
             scores[step] = step_scores
             if store is not None:
                 store.add(names[step], step_scores)
+            # After the store: a step cut by this floor is never on disk without the step behind it.
+            reached[step[0]] = max(reached.get(step[0], -np.inf), _best_score(step_scores))
             bar.update()
         chosen = []
         for f in range(len(folds)):
@@ -501,6 +543,25 @@ def _selected_and_scored(kernels, keys, lams, Cs, y, folds, splits, steps, runne
             accuracies.append(accuracy)
             bar.update()
     return list(zip(accuracies, chosen, strict=True)), resumed
+
+
+def _led_by_last_best(todo: list, scores: Mapping):
+    """``todo``'s steps fold by fold, each fold led by the ``(setting, lam)`` with the best
+    mean of the fold before it so far: its floor is then high from the first step on, so
+    the others skip more (:func:`_inner_scores`; on NCI1 this is what knowing each fold's
+    winner in advance would skip). Read lazily, as workers take steps."""
+    folds = {}
+    for step in todo:
+        folds.setdefault(step[0], []).append(step)
+    for f, fold_steps in folds.items():
+        done = {}
+        for _, key, lam in fold_steps:
+            if (f - 1, key, lam) in scores:
+                done[(key, lam)] = _best_score(scores[(f - 1, key, lam)])
+        if done:
+            leader = max(done, key=done.get)
+            fold_steps.sort(key=lambda step: step[1:] != leader)
+        yield from fold_steps
 
 
 def _hidden(progress: bool | None) -> bool | None:
