@@ -160,7 +160,7 @@ def main() -> None:
             raise AssertionError(f"{name}: the pool's W differs from the full W's columns by {gap}")
         start = time.perf_counter()
         lams = [*args.lams, *([tuple(args.multiscale)] if args.multiscale else [])]
-        result = nystroem_protocol({key: w_pool}, y, m, pool=pool, **{**common, "lams": lams})
+        result = nystroem_protocol({key: w_pool}, y, m, pool=pool, n_jobs=args.n_jobs, **{**common, "lams": lams})
         entry = {
             **header,
             "protocol": {**common, "multiscale": args.multiscale, "folds": folds},

@@ -307,7 +307,7 @@ def _as_tuple(values, name: str) -> tuple:
         raise ValueError(f"{name} must be a sequence of numbers, got {values!r}") from None
 
 
-def _check_n_jobs(n_jobs) -> None:
+def check_n_jobs(n_jobs) -> None:
     if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
         raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
 
@@ -430,11 +430,19 @@ def _inner_scores(kernels: _Kernels, key, lam: float, Cs, y: np.ndarray, train: 
         fit = alive if kernels.solver == "libsvm" else np.ones(len(Cs), dtype=bool)
         Cs_fit = [C for C, wanted in zip(Cs, fit, strict=True) if wanted]
         totals[fit] += _accuracies(kernels.solver, kt, y_train[inner_train], kv, y_train[inner_test], Cs_fit)
-        best_possible = (totals + (len(splits) - j - 1)) / len(splits)
-        alive &= best_possible >= floor - _FLOOR_MARGIN
+        alive &= can_still_win(totals, len(splits) - j - 1, len(splits), floor)
         if not alive.any():
             break
     return np.where(alive, totals / len(splits), np.nan)
+
+
+def can_still_win(totals: np.ndarray, remaining: int, n_splits: int, floor: float) -> np.ndarray:
+    """Which candidates, with inner accuracies summing to ``totals`` so far and ``remaining``
+    of ``n_splits`` splits to come, could still reach the mean ``floor`` that another
+    candidate of the same fold has reached (each accuracy is at most 1). A candidate that
+    cannot is never selected, since the first best wins, so both nested protocols stop
+    fitting it."""
+    return (totals + remaining) / n_splits >= floor - _FLOOR_MARGIN
 
 
 def _best_score(scores: np.ndarray) -> float:
@@ -669,7 +677,7 @@ def paper_protocol(
     if not _is_seed(seed):
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}: results must be reproducible")
     distances = _check_distances(distances, len(y), "distances")
-    _check_n_jobs(n_jobs)
+    check_n_jobs(n_jobs)
     check_folds(y, n_splits, "n_splits")
     label, _, kept = _weakest_class(y, n_splits)
     if kept < 5:  # its inner StratifiedKFold(5) (the script's), not a parameter
@@ -827,7 +835,7 @@ def nested_protocol(
     seeds = check_seeds(seeds)
     check_setting_keys(distances)
     distances = {key: _check_distances(w, len(y), f"distances[{key!r}]") for key, w in distances.items()}
-    _check_n_jobs(n_jobs)
+    check_n_jobs(n_jobs)
     if outer_folds is not None:
         if len(seeds) != 1:
             raise ValueError(

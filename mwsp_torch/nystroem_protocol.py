@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from joblib import Parallel, delayed, parallel_config
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 from tqdm.auto import tqdm
@@ -41,10 +42,12 @@ from mwsp_torch.evaluation import (
     NESTED_INNER_FOLDS,
     PAPER_CS,
     PAPER_LAMS,
+    can_still_win,
     check_folds,
     check_grid,
     check_inner_folds,
     check_labels,
+    check_n_jobs,
     check_seeds,
     check_setting_keys,
     majority_rate,
@@ -159,6 +162,44 @@ def _accuracy(features, y, train, test, C: float, stats: dict) -> float:
     return float(np.mean(model.predict(features[test]) == y[test]))
 
 
+def _fold(features, keys, lams, Cs, y, n_components, seed, train, test, splits, leader):
+    """One outer fold: its inner selection of ``(setting, lam, C)``, then its fit and score.
+
+    Candidates are walked ``(setting, lam)`` by ``(setting, lam)``, starting with ``leader``
+    (the latest fold's winner), each ``C`` on every inner split in turn; a ``C`` that can no
+    longer reach the best mean found so far is not fitted further
+    (:func:`~mwsp_torch.evaluation.can_still_win`), so it is never selected and the first
+    best in grid order of the inner accuracies' sums wins, as with every fit made."""
+    stats = {"fits": 0, "not_converged": 0}
+    order = landmark_order(len(y), seed)
+    inner_landmarks = [fold_landmarks(order, train[inner_train], n_components) for inner_train, _ in splits]
+    sums = np.full((len(keys), len(lams), len(Cs)), -np.inf)  # -inf: cut, never the first best
+    floor = -np.inf
+    candidates = [(a, b) for a in range(len(keys)) for b in range(len(lams))]
+    if leader is not None:
+        candidates.sort(key=lambda candidate: candidate != leader)
+    for a, b in candidates:
+        totals = np.zeros(len(Cs))
+        alive = np.ones(len(Cs), dtype=bool)
+        for j, ((inner_train, inner_valid), chosen) in enumerate(zip(splits, inner_landmarks, strict=True)):
+            phi, _ = features[keys[a]](train, chosen, lams[b])
+            for c in np.flatnonzero(alive):
+                totals[c] += _accuracy(phi, y[train], inner_train, inner_valid, Cs[c], stats)
+            alive &= can_still_win(totals, len(splits) - j - 1, len(splits), floor)
+            if not alive.any():
+                break
+        sums[a, b, alive] = totals[alive]
+        if alive.any():
+            floor = max(floor, float(totals[alive].max()) / len(splits))
+    a, b, c = np.unravel_index(int(np.argmax(sums)), sums.shape)  # the first best, grid order
+    chosen = fold_landmarks(order, train, n_components)
+    rows = np.concatenate([train, test])
+    phi, fold_dropped = features[keys[a]](rows, chosen, lams[b])
+    positions = np.arange(len(rows))
+    accuracy = 100.0 * _accuracy(phi, y[rows], positions[: len(train)], positions[len(train) :], Cs[c], stats)
+    return accuracy, (int(a), int(b), int(c)), chosen, fold_dropped, stats
+
+
 def nystroem_protocol(
     distances: Mapping[tuple[int, int], np.ndarray],
     y,
@@ -171,6 +212,7 @@ def nystroem_protocol(
     n_inner: int = NESTED_INNER_FOLDS,
     eigen_tol: float = 1e-12,
     progress: bool | None = None,
+    n_jobs: int = -1,
 ) -> dict:
     """Nested cross-validation of a linear SVM on Nystroem features of ``n_components``
     landmarks, selecting ``(d, k, lam, C)`` inside each training fold.
@@ -190,6 +232,8 @@ def nystroem_protocol(
         n_outer, n_inner (int): folds (default ``10`` and ``5``).
         eigen_tol (float): :func:`~mwsp_torch.nystroem.nystroem_normalization`'s floor.
         progress (bool, optional): a tqdm bar over the folds (``None``: on a terminal only).
+        n_jobs (int): processes, one outer fold each (default ``-1``: every core, one BLAS
+            thread each); results do not depend on it.
 
     Returns:
         dict as :func:`~mwsp_torch.evaluation.nested_protocol`'s (accuracies in percent,
@@ -208,6 +252,7 @@ def nystroem_protocol(
         raise ValueError(f"n_components must be an integer >= 1, got {n_components!r}")
     check_folds(y, n_outer, "n_outer")
     check_inner_folds(y, n_outer, n_inner)
+    check_n_jobs(n_jobs)
     if pool is None:
         pool = np.arange(n)
     else:
@@ -225,33 +270,32 @@ def nystroem_protocol(
             raise ValueError(f"distances[{key!r}] must be finite and >= 0")
     keys = sorted(distances)
     features = {key: PoolFeatures(np.asarray(distances[key]), pool, n, eigen_tol) for key in keys}
-    stats = {"fits": 0, "not_converged": 0}
     start = time.perf_counter()
     folds = nested_folds(y, seeds, n_outer, n_inner)
+    stats = {"fits": 0, "not_converged": 0}
     accuracies, selected, landmarks, dropped = [], [], [], []
-    for seed, train, test, splits in tqdm(
-        folds, desc="Nystroem nested CV", disable=None if progress is None else not progress
-    ):
-        order = landmark_order(n, seed)
-        scores = np.zeros((len(keys), len(lams), len(Cs)))
-        for inner_train, inner_valid in splits:
-            chosen = fold_landmarks(order, train[inner_train], n_components)
-            for a, key in enumerate(keys):
-                for b, lam in enumerate(lams):
-                    phi, _ = features[key](train, chosen, lam)
-                    for c, C in enumerate(Cs):
-                        scores[a, b, c] += _accuracy(phi, y[train], inner_train, inner_valid, C, stats)
-        a, b, c = np.unravel_index(int(np.argmax(scores)), scores.shape)  # the first best, grid order
-        chosen = fold_landmarks(order, train, n_components)
-        rows = np.concatenate([train, test])
-        phi, fold_dropped = features[keys[a]](rows, chosen, lams[b])
-        positions = np.arange(len(rows))
-        accuracies.append(
-            100.0 * _accuracy(phi, y[rows], positions[: len(train)], positions[len(train) :], Cs[c], stats)
-        )
-        selected.append(selected_setting(seed, keys[a], lams[b], Cs[c]))
-        landmarks.append(chosen.tolist())
-        dropped.append(fold_dropped)
+    last_winner = []  # the latest finished fold's (setting, lam): the next folds start with it
+
+    def tasks():
+        for seed, train, test, splits in folds:
+            leader = last_winner[-1] if last_winner else None
+            yield delayed(_fold)(features, keys, lams, Cs, y, n_components, seed, train, test, splits, leader)
+
+    with parallel_config(backend="loky", inner_max_num_threads=1):
+        runner = Parallel(n_jobs=n_jobs, return_as="generator")
+        bar = tqdm(total=len(folds), desc="Nystroem nested CV", disable=None if progress is None else not progress)
+        with bar:
+            for (seed, _, _, _), (accuracy, (a, b, c), chosen, fold_dropped, fold_stats) in zip(
+                folds, runner(tasks()), strict=True
+            ):
+                accuracies.append(accuracy)
+                selected.append(selected_setting(seed, keys[a], lams[b], Cs[c]))
+                landmarks.append(chosen.tolist())
+                dropped.append(fold_dropped)
+                for name in stats:
+                    stats[name] += fold_stats[name]
+                last_winner.append((a, b))
+                bar.update()
     return {
         "protocol": "nystroem-nested",
         **repetition_summary(accuracies, n_outer),

@@ -188,7 +188,7 @@ def test_landmarks_never_come_from_the_graphs_a_fold_scores(protocol_w, monkeypa
     fold_landmarks = module.fold_landmarks
     monkeypatch.setattr(module, "fold_landmarks", recorded)
     y = PROTOCOL_Y
-    result = module.nystroem_protocol({(2, 0): protocol_w}, y, 6, **PROTOCOL)
+    result = module.nystroem_protocol({(2, 0): protocol_w}, y, 6, **PROTOCOL, n_jobs=1)  # in this process: recorded
     # The folds nested_protocol draws; per outer fold: its inner splits, then the outer fit.
     expected = []
     for seed in PROTOCOL["seeds"]:
@@ -286,3 +286,54 @@ def test_the_protocol_reads_beta_settings_and_refuses_other_keys(protocol_w):
     assert all(s["beta"] in (0.5, 2.0) for s in result["selected"])  # the weight chosen, recorded
     with pytest.raises(ValueError, match="distances keys must be"):
         nystroem_protocol({"junk": protocol_w}, PROTOCOL_Y, **args)
+
+
+def _plain_nystroem(distances, y, m, lams, Cs, seeds, n_outer, n_inner):
+    """The Nystroem protocol as one plain loop, every fit made: first best sum in grid order."""
+    from sklearn.svm import LinearSVC
+
+    from mwsp_torch.evaluation import nested_folds
+    from mwsp_torch.nystroem_protocol import MAX_ITER, PoolFeatures, fold_landmarks, landmark_order
+
+    keys = sorted(distances)
+    features = {key: PoolFeatures(distances[key], np.arange(len(y)), len(y), 1e-12) for key in keys}
+
+    def accuracy(phi, labels, train, test, C):
+        model = LinearSVC(C=C, dual=False, max_iter=MAX_ITER).fit(phi[train], labels[train])
+        return float(np.mean(model.predict(phi[test]) == labels[test]))
+
+    selected, accuracies = [], []
+    for seed, train, test, splits in nested_folds(y, seeds, n_outer, n_inner):
+        order = landmark_order(len(y), seed)
+        sums = np.zeros((len(keys), len(lams), len(Cs)))
+        for inner_train, inner_valid in splits:
+            chosen = fold_landmarks(order, train[inner_train], m)
+            for a, key in enumerate(keys):
+                for b, lam in enumerate(lams):
+                    phi, _ = features[key](train, chosen, lam)
+                    for c, C in enumerate(Cs):
+                        sums[a, b, c] += accuracy(phi, y[train], inner_train, inner_valid, C)
+        a, b, c = np.unravel_index(int(np.argmax(sums)), sums.shape)
+        rows = np.concatenate([train, test])
+        phi, _ = features[keys[a]](rows, fold_landmarks(order, train, m), lams[b])
+        at = np.arange(len(rows))
+        accuracies.append(100.0 * accuracy(phi, y[rows], at[: len(train)], at[len(train) :], Cs[c]))
+        selected.append({"seed": seed, "d": keys[a][0], "k": keys[a][1], "lam": lams[b], "C": Cs[c]})
+    return selected, accuracies
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_the_protocol_selects_what_every_fit_would_select_with_fewer_fits(n_jobs):
+    from mwsp_torch.nystroem_protocol import nystroem_protocol
+
+    graphs = random_graphs(60, seed=21, max_nodes=10)
+    y = np.array([int(g.num_nodes > 7) for g in graphs])  # learnable: weak C fall well below the best
+    distances = {(d, 0): MWSP(d=d, k=0).fit(graphs).distances_ for d in (1, 2)}
+    grid = {"lams": (0.1, 0.5, 2.0), "Cs": (1e-3, 1e-1, 1.0, 10.0), "seeds": (0, 1), "n_outer": 3, "n_inner": 5}
+    selected, accuracies = _plain_nystroem(distances, y, 10, **grid)
+    result = nystroem_protocol(distances, y, 10, **grid, n_jobs=n_jobs)
+    assert result["selected"] == selected
+    assert result["fold_accuracies"] == accuracies
+    every_fit = 2 * 3 * (5 * 2 * 3 * 4 + 1)  # folds x (inner splits x settings x lams x Cs + the outer fit)
+    # Folds running side by side start from an older winner, so they cut less.
+    assert result["svm_fits"] < (0.9 if n_jobs == 1 else 1.0) * every_fit
