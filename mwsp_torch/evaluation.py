@@ -59,7 +59,7 @@ NESTED_INNER_FOLDS = 5
 #: Rows of W checked at a time, so that the checks need no [n, n] temporaries.
 _CHECK_ROWS = 512
 #: How far below a fold's best mean a ``C``'s best possible mean must fall before its fits stop
-#: (:func:`_inner_scores`): far above rounding, far below the 1 / n steps of an accuracy.
+#: (:func:`can_still_win`): far above rounding, far below the 1 / n steps of an accuracy.
 _FLOOR_MARGIN = 1e-9
 
 

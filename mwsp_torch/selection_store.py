@@ -9,10 +9,10 @@ every fold and inner split, the grids, the SVM and its solver, and the code and
 scikit-learn version that compute them): the same call started again reads them, any other
 call never does. The file is JSON lines, one step a line with a checksum of its values,
 appended and flushed as each step finishes; a line cut short by a kill, or damaged, is
-recomputed with a warning. A score may be NaN: a ``C`` its fold could no longer select, cut
-short (``evaluation._inner_scores``). Floats are written as Python's ``repr``, which reads back to the
-same bits, so a resumed selection selects exactly what an uninterrupted one does. One
-process at a time works on a file (a lock refuses a second).
+recomputed with a warning. A score may be NaN: a ``C`` its fold could no longer select,
+cut short (``evaluation._inner_scores``). Floats are written as Python's ``repr``, which
+reads back to the same bits, so a resumed selection selects exactly what an uninterrupted
+one does. One process at a time works on a file (a lock refuses a second).
 """
 
 from __future__ import annotations
