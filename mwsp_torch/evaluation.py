@@ -466,20 +466,28 @@ def _score_code() -> str:
 
 
 @contextmanager
-def _shared(kernels: _Kernels, n_jobs: int):
-    """``kernels`` with each W memory-mapped from one temporary file when more than one
-    process works, so that every step's task names the files instead of carrying (or joblib
-    hashing) the ``n x n`` matrices: 9 settings of NCI1's W are 1.2 GB."""
+def memory_mapped(arrays: Mapping, n_jobs: int):
+    """``arrays`` (a mapping to arrays) with each array memory-mapped from one temporary file
+    when more than one process works, so that every task names the files instead of carrying
+    the arrays, or joblib hashing them once a task to map them itself: 9 settings of NCI1's
+    W are 1.2 GB. With one process, ``arrays`` as given. The files go when the block ends."""
     if effective_n_jobs(n_jobs) == 1:
-        yield kernels
+        yield arrays
         return
     with tempfile.TemporaryDirectory(prefix="mwsp-protocol-") as folder:
         mapped = {}
-        for i, (key, w) in enumerate(kernels.distances.items()):
-            path = Path(folder) / f"w{i}.npy"
-            np.save(path, np.ascontiguousarray(w, dtype=np.float64))
+        for i, (key, array) in enumerate(arrays.items()):
+            path = Path(folder) / f"a{i}.npy"
+            np.save(path, np.ascontiguousarray(array))
             mapped[key] = np.load(path, mmap_mode="r")
-        yield _Kernels(mapped, kernels.svm, kernels.krein, kernels.solver)
+        yield mapped
+
+
+@contextmanager
+def _shared(kernels: _Kernels, n_jobs: int):
+    """``kernels`` reading each W from one memory-mapped copy (:func:`memory_mapped`)."""
+    with memory_mapped(kernels.distances, n_jobs) as distances:
+        yield _Kernels(distances, kernels.svm, kernels.krein, kernels.solver)
 
 
 def _run_folds(

@@ -51,6 +51,7 @@ from mwsp_torch.evaluation import (
     check_seeds,
     check_setting_keys,
     majority_rate,
+    memory_mapped,
     nested_folds,
     repetition_summary,
     selected_setting,
@@ -269,7 +270,6 @@ def nystroem_protocol(
         if not np.isfinite(w).all() or (np.asarray(w) < 0).any():
             raise ValueError(f"distances[{key!r}] must be finite and >= 0")
     keys = sorted(distances)
-    features = {key: PoolFeatures(np.asarray(distances[key]), pool, n, eigen_tol) for key in keys}
     start = time.perf_counter()
     folds = nested_folds(y, seeds, n_outer, n_inner)
     stats = {"fits": 0, "not_converged": 0}
@@ -281,7 +281,9 @@ def nystroem_protocol(
             leader = last_winner[-1] if last_winner else None
             yield delayed(_fold)(features, keys, lams, Cs, y, n_components, seed, train, test, splits, leader)
 
-    with parallel_config(backend="loky", inner_max_num_threads=1):
+    # The workers read each W from one memory-mapped file (evaluation.memory_mapped).
+    with memory_mapped(distances, n_jobs) as mapped, parallel_config(backend="loky", inner_max_num_threads=1):
+        features = {key: PoolFeatures(np.asarray(mapped[key]), pool, n, eigen_tol) for key in keys}
         runner = Parallel(n_jobs=n_jobs, return_as="generator")
         bar = tqdm(total=len(folds), desc="Nystroem nested CV", disable=None if progress is None else not progress)
         with bar:

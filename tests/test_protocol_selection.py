@@ -1,6 +1,8 @@
 """The protocols select exactly what the plain loops select: the same folds, grid order and
 tie-breaking, on one process or several (the work is split into steps run in any order)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from sklearn.model_selection import StratifiedKFold
@@ -143,3 +145,21 @@ def test_outer_folds_take_one_seed():
     folds = list(StratifiedKFold(n_splits=4, shuffle=True, random_state=0).split(np.zeros(len(y)), y))
     with pytest.raises(ValueError, match="seeds must hold one seed"):
         nested_protocol({(2, 0): w}, y, LAMS, CS, seeds=(0, 1), n_inner=3, outer_folds=folds)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_workers_get_each_array_as_one_memory_mapped_file_that_goes_afterwards(dtype):
+    from mwsp_torch.evaluation import memory_mapped
+
+    rng = np.random.default_rng(0)
+    arrays = {(1, 0): rng.random((5, 7)).astype(dtype), (2, 1): np.asfortranarray(rng.random((4, 4)).astype(dtype))}
+    with memory_mapped(arrays, 1) as same:
+        assert same is arrays
+    with memory_mapped(arrays, 2) as mapped:
+        assert list(mapped) == list(arrays)
+        for key, array in arrays.items():
+            assert isinstance(mapped[key], np.memmap) and mapped[key].dtype == dtype
+            np.testing.assert_array_equal(mapped[key], array)
+        files = [Path(m.filename) for m in mapped.values()]
+        assert all(f.exists() for f in files) and len(set(files)) == len(files)
+    assert not any(f.exists() for f in files)
