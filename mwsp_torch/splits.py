@@ -13,6 +13,12 @@ model selection and early stopping); the kernel methods draw their inner cross-v
 from the training fold themselves (:func:`mwsp_torch.nested_protocol` with
 ``outer_folds=``). The class labels' SHA-256 is stored too, so a file read against another
 dataset (or another order of its graphs) is refused rather than silently misused.
+
+Errica et al.'s own files (their ``data_splits/NAME_splits.json``, a JSON list of folds
+``{"test": [...], "model_selection": [{"train": [...], "validation": [...]}]}``) are read by
+:func:`load_errica_splits` into the same :class:`OuterSplits`, with the same checks and the
+file's SHA-256, so their published GNN figures can be compared on exactly their folds;
+:func:`read_split_file` reads either format.
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ class OuterSplits:
         labels_sha256 (str): SHA-256 of the class labels (int64) the folds were stratified on.
         folds (tuple[Fold, ...]): the folds, in order.
         sha256 (str): SHA-256 of the file's bytes (of the bytes :func:`save_splits` writes).
+        source (str): the file's format: ``"mwsp"`` (:func:`save_splits`) or ``"errica"``
+            (:func:`load_errica_splits`; ``seed`` is then ``-1``, unknown, and ``holdout`` the
+            first fold's share of validation graphs).
     """
 
     dataset: str
@@ -65,6 +74,7 @@ class OuterSplits:
     labels_sha256: str
     folds: tuple[Fold, ...]
     sha256: str
+    source: str = "mwsp"
 
     def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """``[(train, test), ...]``, as :func:`mwsp_torch.nested_protocol`'s ``outer_folds`` takes them."""
@@ -274,3 +284,100 @@ def ensure_splits(
     if not path.is_file():
         save_splits(make_splits(y, dataset, n_splits=n_splits, seed=seed, holdout=holdout), path)
     return load_splits(path, y=y)
+
+
+def load_errica_splits(path: str | os.PathLike, y=None, num_graphs: int | None = None) -> OuterSplits:
+    """Read and check a split file of Errica et al.'s ``data_splits/`` format.
+
+    The file is a JSON list of outer folds ``{"test": [...], "model_selection": [{"train":
+    [...], "validation": [...]}]}`` (graph indices in the order of the TU raw files). Fold
+    ``i`` becomes a :class:`Fold` whose ``test`` and ``validation`` are the file's lists in
+    the file's order, and whose ``train`` is the sorted union of the file's ``train`` and
+    ``validation`` (so :attr:`Fold.inner_train` is the file's ``train``, sorted).
+
+    Args:
+        path: the file (``CHEMICAL/NCI1_splits.json``, say).
+        y: ``[n]`` class labels of the dataset the folds are read for (optional): sets the
+            number of graphs and the stored ``labels_sha256``.
+        num_graphs (int, optional): the number of graphs, where ``y`` is not given (default:
+            one more than the largest index in the file).
+
+    Returns:
+        The folds, with ``source="errica"`` and the SHA-256 of the file's bytes.
+
+    Raises:
+        ValueError: naming the file and the fold, for a file that is not such a list, a fold
+            with other keys or more than one ``model_selection`` split, indices that are not
+            integers in ``0..n - 1`` or repeat, test, train and validation that meet or do not
+            cover every graph, or test parts that do not partition the graphs.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    where = str(path)
+    try:
+        payload = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not a split file (not JSON: {err})") from None
+    if not isinstance(payload, list) or not all(isinstance(fold, dict) for fold in payload):
+        raise ValueError(f"{where}: not an Errica et al. split file (expected a JSON list of folds)")
+    if y is not None:
+        n = len(np.asarray(y))
+        if num_graphs is not None and num_graphs != n:
+            raise ValueError(f"{where}: num_graphs={num_graphs} but y has {n} labels")
+    elif num_graphs is not None:
+        n = int(num_graphs)
+    else:
+        tops = [max(fold.get("test") or [-1]) for fold in payload]
+        n = max(tops, default=-1) + 1
+    folds = []
+    for f, fold in enumerate(payload):
+        at = f"{where}, fold {f}"
+        if set(fold) != {"test", "model_selection"}:
+            raise ValueError(f"{at}: expected the keys test and model_selection, got {sorted(fold)}")
+        selection = fold["model_selection"]
+        if not isinstance(selection, list) or len(selection) != 1 or not isinstance(selection[0], dict):
+            raise ValueError(f"{at}: expected one model_selection split (a hold-out), got {selection!r:.80}")
+        test = _indices(fold["test"], n, f"{at}, test")
+        inner = _indices(selection[0].get("train", []), n, f"{at}, train")
+        validation = _indices(selection[0].get("validation", []), n, f"{at}, validation")
+        for (a, name_a), (b, name_b) in (
+            ((inner, "train"), (test, "test")),
+            ((validation, "validation"), (test, "test")),
+            ((inner, "train"), (validation, "validation")),
+        ):
+            met = np.intersect1d(a, b)
+            if len(met):
+                raise ValueError(f"{at}: graph {met[0]} is in both {name_a} and {name_b}")
+        if len(test) == 0 or len(inner) == 0 or len(validation) == 0:
+            raise ValueError(f"{at}: an empty test, train or validation part")
+        if len(test) + len(inner) + len(validation) != n:
+            missing = np.setdiff1d(np.arange(n), np.concatenate([test, inner, validation]))
+            raise ValueError(f"{at}: graph {missing[0]} is in none of test, train and validation")
+        folds.append({"train": np.sort(np.concatenate([inner, validation])).tolist(), "validation":
+                      validation.tolist(), "test": test.tolist()})  # fmt: skip
+    first = folds[0] if folds else {"train": [1], "validation": []}
+    checked = _from_payload(
+        {
+            "num_graphs": n,
+            "folds": folds,
+            "dataset": path.name.removesuffix("_splits.json"),
+            "seed": -1,
+            "holdout": len(first["validation"]) / max(len(first["train"]), 1),
+            "labels_sha256": labels_sha256(y) if y is not None else "",
+        },
+        hashlib.sha256(data).hexdigest(),
+        where,
+        y,
+    )
+    return OuterSplits(**{**checked.__dict__, "source": "errica"})
+
+
+def read_split_file(path: str | os.PathLike, y=None) -> OuterSplits:
+    """A split file of either format, checked: :func:`load_splits`' own (a JSON object) or
+    :func:`load_errica_splits`' (a JSON list)."""
+    path = Path(path)
+    try:
+        head = path.read_bytes().lstrip()[:1]
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the split file ({err})") from None
+    return load_errica_splits(path, y=y) if head == b"[" else load_splits(path, y=y)
