@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the device machine, from the repository root, with .whl and .data carried (see
-# prepare_carry.sh): installs the carried wheels, unpacks the datasets, and runs one job.
+# On the device machine, with scratch/gpu_carry carried (see prepare_carry.sh): installs the
+# carried wheels, unpacks the datasets (device_env.sh), and runs one job. For the one-pass
+# check of a lent GPU, use check_device.sh instead.
 # Each step's full log goes to $OUT/<step>.log (the device tool brings $OUT back); its
 # exit status and last lines go to stdout.
 #
@@ -14,29 +15,11 @@
 #             geomloss at scaling 0.99, ran 1.6e4 pairs/s and took 61-92 s a call on an H100)
 set -uo pipefail
 job=${1:-thread}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD" KEOPS_VERBOSE=0 MWSP_TEST_CUDA=1
-# The image's numba-cuda registers an overload of np.row_stack, which its numpy (2.5) has
-# dropped, so `numba.cuda` fails to import. A sitecustomize on the
-# path puts the alias back before anything imports numba.
-[ -f /tmp/site/sitecustomize.py ] || printf '%s\n' 'import numpy' 'if not hasattr(numpy, "row_stack"):' \
-    '    numpy.row_stack = numpy.vstack' >/tmp/site/sitecustomize.py
-export MWSP_DATA_ROOT=/tmp/tudatasets MWSP_CACHE_DIR=/tmp/mwsp_cache
-# The CPU kernels are compiled ahead of time on first use (mwsp_torch/_aot.py, about a minute),
-# which needs the C compiler Python was built with. Where the image has none, numba's JIT runs
-# them (the same values) and tests/test_aot.py, which requires the build, is left out.
-aot_skip=()
-if python3 -c 'import shutil, sys, sysconfig; sys.exit(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None)'; then
-    export MWSP_KERNELS=aot
-else
-    export MWSP_KERNELS=jit
-    aot_skip=(--ignore=tests/test_aot.py)
-    echo "no C compiler on this image: MWSP_KERNELS=jit, tests/test_aot.py left out"
-fi
-mkdir -p "$MWSP_DATA_ROOT" && tar -C "$MWSP_DATA_ROOT" -xJf .data/tudatasets.tar.xz || exit 1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi -L | tee "$OUT/device.txt"
+cd "$(dirname "$0")/../.."
+# Wheels, datasets, PYTHONPATH, MWSP_KERNELS, $OUT and $aot_skip, from the carry folder.
+# shellcheck source=benchmarks/gpu/device_env.sh
+. benchmarks/gpu/device_env.sh || exit 1
+export MWSP_TEST_CUDA=1
 
 step() {
     local name=$1
