@@ -186,6 +186,8 @@ def transport_cost(
     min_block_arcs=MIN_BLOCK_ARCS,
     mask_max_nodes=MASK_MAX_NODES,
     full_pricing_max_arcs=FULL_PRICING_MAX_ARCS,
+    basis=None,
+    potentials=None,
 ):
     """Optimal ``sum_pq flow_pq * cost_pq`` for integer masses (equal totals).
 
@@ -202,6 +204,13 @@ def transport_cost(
             most this (at most 63), else as a thread (nor does the optimum).
         full_pricing_max_arcs: price all rows each pivot (Dantzig's rule) when ``m * n``
             is at most this and rows are padded, else in blocks (nor does the optimum).
+        basis: optional ``[3, m + n - 1]`` int64 output: the optimal basis's arcs, as supply
+            point, demand point and integer flow (degenerate arcs carry flow 0), the optimal
+            plan (:mod:`mwsp_torch.transport.dense`). Omitted, nothing is written and the
+            solve compiles as without it.
+        potentials: optional ``[m + n]`` float64 output: the final dual potentials, ``u_p`` at
+            ``p`` and ``v_q`` at ``m + q``, with ``u_p + v_q = cost_pq`` on the basis and
+            ``cost_pq - u_p - v_q`` above minus the stopping threshold everywhere.
 
     Returns:
         float64 optimal cost (not divided by the total mass).
@@ -371,6 +380,14 @@ def transport_cost(
     total = 0.0
     for a in range(num_basic):
         total += f_u[a] * cost[b_p[a], b_q[a]]
+    if basis is not None:  # pruned by numba where omitted
+        for a in range(num_basic):
+            basis[0, a] = b_p[a]
+            basis[1, a] = b_q[a]
+            basis[2, a] = f_u[a]
+    if potentials is not None:
+        for v in range(num_nodes):
+            potentials[v] = pot[v]
     release(pool_owner)
     release(pot_owner)
     release(flat_owner)
