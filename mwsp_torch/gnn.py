@@ -21,13 +21,27 @@ The models are PyG's own layers (``GINConv``, ``global_add_pool``/``global_mean_
 validation set's accuracy (ties: its loss), as Errica et al. select; :func:`graph_embeddings`
 gives a trained GIN's graph embeddings of new graphs, from which
 ``experiments/gnn_vs_kernel.py`` builds the RBF kernel it fuses with MWSP's.
+
+Errica et al.'s own models and training, for :mod:`mwsp_torch.gnn_protocol`:
+
+- :func:`errica_node_features`: their node inputs (one-hot labels, continuous attributes
+  beside them where the dataset has some, one-hot degrees on unlabelled graphs).
+- :class:`ErricaGIN`, :class:`MolecularFingerprint`, :class:`DeepMultisets`: their GIN and
+  their two structure-agnostic baselines (``models/graph_classifiers/`` of
+  diningphil/gnn-comparison), on plain tensors ``(x, edge_index, batch, num_graphs)``.
+- :class:`PackedGraphs`: graphs collated once into one set of tensors; a mini-batch is
+  gathered from it by index (a few tensor ops, no per-graph Python), so an epoch costs the
+  model's arithmetic and not PyG's ``Batch.from_data_list`` per step.
+- :func:`fit_classifier`: Adam with their optional ``StepLR`` and their ``Patience`` early
+  stopper (on validation accuracy or loss), keeping the best epoch's weights.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -357,4 +371,448 @@ def train_classifier(
         "best_epoch": best_epoch,
         "epochs": epoch,
         "seconds": time.perf_counter() - start,
+    }
+
+
+# ---------------------------------------------------------------- Errica et al.'s models and training
+
+
+def errica_node_features(graphs: Sequence[Data], attributes: bool = True) -> list[torch.Tensor]:
+    """Per graph, ``[num_nodes, F]`` float32 node inputs as Errica et al. build them.
+
+    One-hot node labels (``node_label``, one column per label value from the smallest to the
+    largest in the dataset), preceded by the continuous ``node_attr`` where the graphs carry
+    them and ``attributes`` is true (ENZYMES: 18 + 3 = 21 features; PROTEINS_full: 29 + 3);
+    on graphs without node labels, the one-hot degree (0 to the dataset's largest degree), as
+    their ``COLLABORATIVE_DEGREE`` setting. The widths come from the whole dataset's labels and
+    degrees (no class label is read), as theirs do.
+
+    Args:
+        graphs (Sequence[Data]): the dataset's graphs (:func:`mwsp_torch.datasets.load_dataset`).
+        attributes (bool): put ``node_attr`` before the labels where present (default ``True``).
+
+    Returns:
+        list[torch.Tensor]: one float32 matrix per graph.
+
+    Raises:
+        ValueError: naming the graph, where some graphs carry node labels (or attributes) and
+            others do not, or attributes of another width.
+
+    Examples:
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> g = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2, node_label=torch.tensor([1, 3]))
+        >>> errica_node_features([g])[0].tolist()
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    if not graphs:
+        return []
+    labelled = ["node_label" in g for g in graphs]
+    if any(labelled) and not all(labelled):
+        g = labelled.index(not labelled[0])
+        raise ValueError(f"graph {g} {'has' if labelled[g] else 'lacks'} node_label, unlike graph 0")
+    use_attr = attributes and "node_attr" in graphs[0]
+    if use_attr:
+        width = graphs[0].node_attr.shape[1]
+        for g, data in enumerate(graphs):
+            if "node_attr" not in data or data.node_attr.dim() != 2 or data.node_attr.shape[1] != width:
+                raise ValueError(f"graph {g}: node_attr missing or not [num_nodes, {width}], unlike graph 0")
+    if labelled[0]:
+        codes = [g.node_label.reshape(g.num_nodes, -1)[:, 0].long() for g in graphs]
+    else:
+        codes = [torch.bincount(g.edge_index[0], minlength=g.num_nodes).long() for g in graphs]
+    low = 0 if not labelled[0] else min(int(c.min()) for c in codes if c.numel())
+    high = max((int(c.max()) for c in codes if c.numel()), default=low)
+    out = []
+    for data, code in zip(graphs, codes, strict=True):
+        one_hot = nn.functional.one_hot(code - low, high - low + 1).float()
+        out.append(torch.cat([data.node_attr.float(), one_hot], dim=1) if use_attr else one_hot)
+    return out
+
+
+@dataclass
+class GraphBatch:
+    """A mini-batch as the models here read it: node inputs ``x [N, F]``, ``edge_index [2, E]``
+    (batch-local), ``batch [N]`` (each node's graph), ``num_graphs`` and class labels ``y``."""
+
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    batch: torch.Tensor
+    num_graphs: int
+    y: torch.Tensor
+
+
+def _concat_ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``cat([arange(s, s + l) for s, l in zip(starts, lengths)])`` without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return torch.zeros(0, dtype=torch.long)
+    begins = torch.cumsum(lengths, 0) - lengths
+    return torch.arange(total) + torch.repeat_interleave(starts - begins, lengths)
+
+
+class PackedGraphs:
+    """Graphs collated once: every node's input in one matrix, every edge in one list.
+
+    ``batch(index)`` gathers the graphs ``index`` (positions in this set) into a
+    :class:`GraphBatch` with a handful of tensor operations whose cost grows with the batch,
+    not the set; PyG's ``DataLoader`` instead rebuilds a ``Batch`` from a list of ``Data``
+    at every step. The batch is exactly the one PyG would collate (same node order, edges
+    renumbered the same way).
+
+    Args:
+        x (Sequence[torch.Tensor]): per graph, ``[num_nodes, F]`` node inputs.
+        edge_index (Sequence[torch.Tensor]): per graph, ``[2, E]`` graph-local edges.
+        y: ``[num_graphs]`` class labels.
+
+    Raises:
+        ValueError: naming the graph, for inputs of another width, edges outside the graph,
+            or lengths that differ.
+    """
+
+    def __init__(self, x: Sequence[torch.Tensor], edge_index: Sequence[torch.Tensor], y) -> None:
+        y = torch.as_tensor(np.asarray(y), dtype=torch.long).reshape(-1)
+        if not (len(x) == len(edge_index) == len(y)):
+            raise ValueError(f"{len(x)} node-input matrices, {len(edge_index)} edge lists and {len(y)} labels")
+        if len(x) == 0:
+            raise ValueError("no graphs to pack")
+        width = x[0].shape[1]
+        nodes = torch.tensor([int(m.shape[0]) for m in x], dtype=torch.long)
+        edges = torch.tensor([int(e.shape[1]) for e in edge_index], dtype=torch.long)
+        for g, (m, e) in enumerate(zip(x, edge_index, strict=True)):
+            if m.dim() != 2 or m.shape[1] != width:
+                raise ValueError(f"graph {g}: node inputs of shape {tuple(m.shape)}, expected [num_nodes, {width}]")
+            if e.numel() and (int(e.min()) < 0 or int(e.max()) >= m.shape[0]):
+                raise ValueError(f"graph {g}: an edge outside its {m.shape[0]} nodes")
+        self.x = torch.cat([m.float() for m in x])
+        self.node_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(nodes, 0)])
+        self.edge_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(edges, 0)])
+        self.edge_index = torch.cat([e.long() for e in edge_index], dim=1)  # graph-local node ids
+        self.num_nodes, self.num_edges, self.y = nodes, edges, y
+
+    @classmethod
+    def from_data(cls, graphs: Sequence[Data], y=None) -> PackedGraphs:
+        """Pack PyG ``Data`` carrying ``x`` (and ``y``, unless given)."""
+        if y is None:
+            y = [int(g.y.reshape(-1)[0]) for g in graphs]
+        return cls([g.x for g in graphs], [g.edge_index for g in graphs], y)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def pooled(self) -> PackedGraphs:
+        """Each graph as one node carrying the sum of its node inputs, and no edges: what a
+        model that reads only the sum (:class:`MolecularFingerprint`) sees, gathered once."""
+        graph_of_node = torch.repeat_interleave(torch.arange(len(self)), self.num_nodes)
+        sums = _readout(self.x, graph_of_node, len(self), "sum")
+        return PackedGraphs(list(sums.unsqueeze(1)), [torch.zeros(2, 0, dtype=torch.long)] * len(self), self.y)
+
+    def subset(self, index) -> PackedGraphs:
+        """The graphs ``index`` as a set of their own (for a fold's train, validation or test part)."""
+        index = torch.as_tensor(np.asarray(index), dtype=torch.long).reshape(-1)
+        nodes = _concat_ranges(self.node_ptr[index], self.num_nodes[index])
+        edges = _concat_ranges(self.edge_ptr[index], self.num_edges[index])
+        out = PackedGraphs.__new__(PackedGraphs)
+        out.x, out.edge_index, out.y = self.x[nodes], self.edge_index[:, edges], self.y[index]
+        out.num_nodes, out.num_edges = self.num_nodes[index], self.num_edges[index]
+        out.node_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(out.num_nodes, 0)])
+        out.edge_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(out.num_edges, 0)])
+        return out
+
+    def batch(self, index: torch.Tensor | None = None) -> GraphBatch:
+        """The graphs ``index`` (default: all, in order) as one :class:`GraphBatch`."""
+        if index is None:
+            index = torch.arange(len(self))
+        nodes_per_graph, edges_per_graph = self.num_nodes[index], self.num_edges[index]
+        nodes = _concat_ranges(self.node_ptr[index], nodes_per_graph)
+        edges = _concat_ranges(self.edge_ptr[index], edges_per_graph)
+        # Graph-local ids plus where each graph starts in the batch, as PyG's collate does.
+        starts = torch.cumsum(nodes_per_graph, 0) - nodes_per_graph
+        edge_index = self.edge_index.index_select(1, edges) + torch.repeat_interleave(starts, edges_per_graph)
+        batch = torch.repeat_interleave(torch.arange(len(index)), nodes_per_graph)
+        return GraphBatch(self.x.index_select(0, nodes), edge_index, batch, len(index), self.y[index])
+
+
+def _readout(h: torch.Tensor, batch: torch.Tensor, num_graphs: int, aggregation: str) -> torch.Tensor:
+    out = h.new_zeros(num_graphs, h.shape[1]).index_add_(0, batch, h)
+    if aggregation == "mean":
+        out = out / torch.bincount(batch, minlength=num_graphs).clamp(min=1).unsqueeze(1).to(h.dtype)
+    return out
+
+
+def _mlp2(dim_in: int, dim: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(dim_in, dim), nn.BatchNorm1d(dim), nn.ReLU(), nn.Linear(dim, dim), nn.BatchNorm1d(dim), nn.ReLU()
+    )
+
+
+class ErricaGIN(nn.Module):
+    """Errica et al.'s GIN (``models/graph_classifiers/GIN.py``; Xu et al. 2019).
+
+    A first two-layer MLP (Linear, BatchNorm, ReLU twice) of width ``hidden_units[0]``, then
+    one GIN layer ``h' = MLP((1 + eps) h + sum of neighbours' h)`` per entry of
+    ``hidden_units``; each of these ``1 + len(hidden_units)`` stages is read out graph-wise
+    (sum or mean), mapped to class scores by its own linear layer, dropped out, and the scores
+    summed. As theirs, the first stage is mapped before it is read out, the others after. Their
+    first stage's dropout also acts at evaluation (``F.dropout`` without ``training=``), an
+    oversight not copied here: evaluation is deterministic.
+
+    Args:
+        in_dim (int): node input width.
+        num_classes (int): classes.
+        hidden_units (Sequence[int]): widths of the GIN layers (``[64, 64, 64, 64]``, ...).
+        train_eps (bool): learn ``eps`` (initially 0) (default ``True``).
+        aggregation (str): graph readout, ``"sum"`` or ``"mean"`` (default ``"sum"``).
+        dropout (float): dropout on each stage's class scores (default ``0.5``).
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        hidden_units: Sequence[int] = (64, 64, 64, 64),
+        train_eps: bool = True,
+        aggregation: str = "sum",
+        dropout: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if aggregation not in READOUTS:
+            raise ValueError(f"aggregation must be one of {READOUTS}, got {aggregation!r}")
+        if not hidden_units:
+            raise ValueError("hidden_units needs at least one layer width")
+        dims = [int(hidden_units[0])] + [int(h) for h in hidden_units]
+        self.aggregation, self.dropout = aggregation, float(dropout)
+        self.first = _mlp2(in_dim, dims[0])
+        self.mlps = nn.ModuleList(_mlp2(dims[i - 1], dims[i]) for i in range(1, len(dims)))
+        if train_eps:
+            self.eps = nn.Parameter(torch.zeros(len(self.mlps)))
+        else:
+            self.register_buffer("eps", torch.zeros(len(self.mlps)))
+        self.linears = nn.ModuleList(nn.Linear(d, num_classes) for d in dims)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
+        drop = nn.functional.dropout
+        h = self.first(x)
+        out = drop(_readout(self.linears[0](h), batch, num_graphs, self.aggregation), self.dropout, self.training)
+        src, dst = edge_index[0], edge_index[1]
+        for layer, mlp in enumerate(self.mlps):
+            # GINConv's sum of the neighbours' states (messages flow source -> target).
+            neighbours = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src))  # 7x h[src]
+            h = mlp((1 + self.eps[layer]) * h + neighbours)
+            pooled = _readout(h, batch, num_graphs, self.aggregation)
+            out = out + drop(self.linears[layer + 1](pooled), self.dropout, self.training)
+        return out
+
+
+class MolecularFingerprint(nn.Module):
+    """Errica et al.'s baseline for the chemical datasets: ``ReLU(Linear(ReLU(Linear(sum of x))))``.
+
+    It sees no edges. The final ReLU is theirs (``MolecularFingerprint.py``): class scores are
+    non-negative. As the sum of the inputs does not change in training, it may be trained on
+    :meth:`PackedGraphs.pooled` graphs (one node carrying that sum), which is the same model
+    at a fraction of the cost.
+
+    Args:
+        in_dim (int): node input width.
+        num_classes (int): classes.
+        hidden_units (int): the MLP's width (default ``64``).
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, hidden_units: int = 64) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(in_dim, hidden_units), nn.ReLU(), nn.Linear(hidden_units, num_classes), nn.ReLU()
+        )
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
+        return self.mlp(_readout(x, batch, num_graphs, "sum"))
+
+
+class DeepMultisets(nn.Module):
+    """Errica et al.'s baseline for ENZYMES and the social datasets (``DeepMultisets.py``):
+    ``Linear(ReLU(Linear(sum of ReLU(Linear(x)))))``; it sees no edges.
+
+    Args:
+        in_dim (int): node input width.
+        num_classes (int): classes.
+        hidden_units (int): the width of both hidden layers (default ``64``).
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, hidden_units: int = 64) -> None:
+        super().__init__()
+        self.vertex = nn.Linear(in_dim, hidden_units)
+        self.global1 = nn.Linear(hidden_units, hidden_units)
+        self.global2 = nn.Linear(hidden_units, num_classes)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
+        h = _readout(torch.relu(self.vertex(x)), batch, num_graphs, "sum")
+        return self.global2(torch.relu(self.global1(h)))
+
+
+MONITORS = ("accuracy", "loss")
+
+
+class Patience:
+    """Errica et al.'s ``Patience`` early stopper (``models/utils/EarlyStopper.py``).
+
+    An epoch whose validation accuracy is at least the best so far (``monitor="accuracy"``;
+    ties count, so the later of equal epochs is kept), or whose validation loss is at most the
+    lowest so far (``"loss"``), becomes the best epoch; after ``patience`` epochs in a row
+    without one, training should stop.
+
+    Args:
+        patience (int): epochs without a new best before stopping.
+        monitor (str): ``"accuracy"`` or ``"loss"`` (default ``"accuracy"``).
+
+    Examples:
+        >>> stopper = Patience(2)
+        >>> [stopper.update(e, acc, 0.0) for e, acc in enumerate([50.0, 60.0, 60.0, 55.0, 55.0], 1)]
+        [True, True, True, False, False]
+        >>> stopper.best_epoch, stopper.should_stop
+        (3, True)
+    """
+
+    def __init__(self, patience: int, monitor: str = "accuracy") -> None:
+        if monitor not in MONITORS:
+            raise ValueError(f"monitor must be one of {MONITORS}, got {monitor!r}")
+        if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
+            raise ValueError(f"patience must be an integer >= 1, got {patience!r}")
+        self.patience, self.monitor = int(patience), monitor
+        self.best_accuracy, self.best_loss, self.best_epoch, self.waited = -float("inf"), float("inf"), 0, 0
+
+    def update(self, epoch: int, accuracy: float, loss: float) -> bool:
+        """Record one epoch's validation scores; True where it is the new best epoch."""
+        better = accuracy >= self.best_accuracy if self.monitor == "accuracy" else loss <= self.best_loss
+        if better:
+            self.best_accuracy, self.best_loss, self.best_epoch, self.waited = accuracy, loss, epoch, 0
+        else:
+            self.waited += 1
+        return better
+
+    @property
+    def should_stop(self) -> bool:
+        """``patience`` epochs in a row have passed without a new best."""
+        return self.waited >= self.patience
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, graphs: PackedGraphs | GraphBatch) -> tuple[float, float, torch.Tensor]:
+    """``(accuracy in percent, mean cross-entropy, predicted classes)`` of ``model`` on ``graphs``
+    (in evaluation mode, one batch)."""
+    batch = graphs.batch() if isinstance(graphs, PackedGraphs) else graphs
+    was_training = model.training
+    model.eval()
+    scores = model(batch.x, batch.edge_index, batch.batch, batch.num_graphs)
+    model.train(was_training)
+    predicted = scores.argmax(1)
+    accuracy = float(100.0 * (predicted == batch.y).float().mean())
+    return accuracy, float(nn.functional.cross_entropy(scores, batch.y)), predicted
+
+
+def fit_classifier(
+    model: nn.Module,
+    train: PackedGraphs,
+    validation: PackedGraphs,
+    *,
+    batch_size: int = 32,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    step_size: int | None = 50,
+    gamma: float = 0.5,
+    max_epochs: int = 1000,
+    patience: int = 500,
+    monitor: str = "accuracy",
+    seed: int = 0,
+    on_epoch: Callable[[int, dict], None] | None = None,
+) -> dict:
+    """Train as Errica et al. train: Adam on cross-entropy, ``StepLR``, ``Patience`` early stopping.
+
+    Each epoch visits the training graphs once in a seeded random order, in mini-batches of
+    ``batch_size`` (the last one smaller, as their ``DataLoader``), and then scores the whole
+    validation set. Epoch ``e`` (from 1) trains at ``lr * gamma ** ((e - 1) // step_size)``
+    (their ``StepLR(step_size, gamma)``; no schedule when ``step_size`` is None). The
+    stopper is theirs (:class:`Patience`); training stops after ``patience`` epochs without
+    a new best, or at ``max_epochs``. The model keeps the best epoch's
+    weights, and the validation scores reported are that epoch's.
+
+    Args:
+        model (nn.Module): called as ``model(x, edge_index, batch, num_graphs)``.
+        train (PackedGraphs): the graphs trained on.
+        validation (PackedGraphs): the graphs early stopping reads (never trained on).
+        batch_size (int): graphs per step (default ``32``).
+        lr (float): Adam's initial learning rate (default ``0.01``).
+        weight_decay (float): Adam's L2 penalty (their ``l2``) (default ``0.0``).
+        step_size (int, optional): epochs per ``StepLR`` step (default ``50``; None: constant lr).
+        gamma (float): ``StepLR``'s factor (default ``0.5``).
+        max_epochs (int): at most this many epochs (default ``1000``).
+        patience (int): epochs without a new best before stopping (default ``500``).
+        monitor (str): ``"accuracy"`` or ``"loss"``, what the stopper reads (default ``"accuracy"``).
+        seed (int): seeds torch (dropout) and the order of the training graphs; the initial
+            weights are drawn where the model is built (default ``0``).
+        on_epoch (callable, optional): called as ``on_epoch(epoch, info)`` after each epoch.
+
+    Returns:
+        dict: ``validation_accuracy`` (percent) and ``validation_loss`` of the best epoch,
+        ``best_epoch`` (from 1), ``epochs`` (run), ``lrs`` (the learning rate of each epoch
+        run), ``seconds``, ``seconds_per_epoch``.
+
+    Raises:
+        ValueError: for an empty training or validation set, or a bad ``monitor``,
+            ``batch_size``, ``max_epochs`` or ``patience``.
+
+    Examples:
+        >>> import torch
+        >>> xs = [torch.eye(2)[[i % 2]] for i in range(8)]
+        >>> graphs = PackedGraphs(xs, [torch.zeros(2, 0, dtype=torch.long)] * 8, [i % 2 for i in range(8)])
+        >>> model = MolecularFingerprint(2, 2, hidden_units=8)
+        >>> log = fit_classifier(model, graphs, graphs, batch_size=4, max_epochs=3, patience=3)
+        >>> log["epochs"], log["lrs"]
+        (3, [0.01, 0.01, 0.01])
+    """
+    if len(train) == 0 or len(validation) == 0:
+        raise ValueError(f"training needs graphs to train and validate on, got {len(train)} and {len(validation)}")
+    stopper = Patience(patience, monitor)
+    for name, value in (("batch_size", batch_size), ("max_epochs", max_epochs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size, gamma) if step_size else None
+    batch_norm = any(isinstance(m, nn.BatchNorm1d) for m in model.modules())
+    valid_batch = validation.batch()  # gathered once: the validation set is scored whole every epoch
+    best_state = None
+    lrs: list[float] = []
+    start = time.perf_counter()
+    epoch = 0
+    for epoch in range(1, max_epochs + 1):
+        lrs.append(float(optimizer.param_groups[0]["lr"]))
+        model.train()
+        order = torch.randperm(len(train), generator=generator)
+        for begin in range(0, len(train), batch_size):
+            b = train.batch(order[begin : begin + batch_size])
+            if b.x.shape[0] == 1 and batch_norm:
+                continue  # BatchNorm cannot train on a single node (PyG's loop would fail on it)
+            optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y).backward()
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        acc, loss, _ = evaluate(model, valid_batch)
+        if stopper.update(epoch, acc, loss):
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if on_epoch is not None:
+            on_epoch(epoch, {"validation_accuracy": acc, "validation_loss": loss, "lr": lrs[-1]})
+        if stopper.should_stop:
+            break
+    seconds = time.perf_counter() - start
+    model.load_state_dict(best_state)
+    return {
+        "validation_accuracy": stopper.best_accuracy,
+        "validation_loss": stopper.best_loss,
+        "best_epoch": stopper.best_epoch,
+        "epochs": epoch,
+        "lrs": lrs,
+        "seconds": seconds,
+        "seconds_per_epoch": seconds / max(epoch, 1),
     }
