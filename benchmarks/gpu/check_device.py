@@ -210,12 +210,16 @@ class Run:
 
 
 def versions() -> dict:
+    """Installed versions, read from the distributions' metadata (nothing imported: pykeops, say)."""
+    from importlib import metadata
+
     out = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
-    for name in ("numba", "torch_geometric", "ot", "geomloss", "pykeops", "triton", "dask", "distributed", "dask_cuda"):
+    names = ("numba", "numba-cuda", "torch_geometric", "POT", "geomloss", "pykeops", "keopscore", "triton")
+    for name in names + ("dask", "distributed", "dask-cuda", "numpy"):
         try:
-            out[name] = __import__(name).__version__
-        except Exception as err:  # noqa: BLE001
-            out[name] = f"absent ({type(err).__name__})"
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
     try:
         from mwsp_torch.transport.engines import numba_cuda_available
 
