@@ -777,7 +777,10 @@ def fit_classifier(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    try:  # the fused kernel: one call a step instead of a few per parameter
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError):  # a device or dtype the fused kernel lacks
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size, gamma) if step_size else None
     batch_norm = any(isinstance(m, nn.BatchNorm1d) for m in model.modules())
     valid_batch = validation.batch()  # gathered once: the validation set is scored whole every epoch
