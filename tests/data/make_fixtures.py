@@ -4,18 +4,23 @@
 
 ``SOURCE_ROOT`` holds the full datasets as ``NAME/raw/NAME_*.txt`` (the layout PyG's
 ``TUDataset`` reads; ``$MWSP_DATA_ROOT`` in CI); ``OUT_ROOT`` defaults to this folder. Each
-fixture is the first ``graphs`` graphs of its dataset, in the same raw format, each kept line
-byte for byte as in the source (MUTAG, whole, is copied as it is):
+fixture is the first ``first`` graphs of its dataset, then, for each class that has fewer
+than ``per_class`` graphs among them, its next graphs in the file until it has that many
+(the datasets list their graphs class by class, so the first graphs alone are often one
+class), in the same raw format (MUTAG, whole, is copied as it is):
 
-- per graph (``graph_labels``, ``graph_attributes``): the first ``graphs`` lines;
-- per node (``graph_indicator``, ``node_labels``, ``node_attributes``): the lines of the
-  nodes of those graphs, which come first (graph IDs never go back);
+- per graph (``graph_labels``, ``graph_attributes``): the lines of the graphs kept;
+- per node (``graph_indicator``, ``node_labels``, ``node_attributes``): the lines of their
+  nodes;
 - per edge (``A``, ``edge_labels``, ``edge_attributes``): the lines whose edge starts at one
-  of those nodes (no edge joins two graphs: checked).
+  of their nodes (no edge joins two graphs: checked).
 
-``drop`` names per-node or per-edge files left out to keep the fixtures small; no test reads
-them. The source's ``README.txt`` comes along. ``tests/test_fixtures.py`` rebuilds the
-fixtures from ``$MWSP_DATA_ROOT`` and compares them with these, byte for byte.
+Every kept line is byte for byte as in the source, except the node numbers of ``A`` and the
+graph IDs of ``graph_indicator`` of the graphs appended after the first ones, which are
+renumbered to follow on (the first graphs' lines are unchanged). ``drop`` names per-node or
+per-edge files left out to keep the fixtures small; no test reads them. The source's
+``README.txt`` comes along. ``tests/test_fixtures.py`` rebuilds the fixtures from
+``$MWSP_DATA_ROOT`` and compares them with these, byte for byte.
 """
 
 from __future__ import annotations
@@ -26,14 +31,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-#: name -> (graphs kept, None for all; raw file parts left out)
-FIXTURES: dict[str, tuple[int | None, tuple[str, ...]]] = {
-    "MUTAG": (None, ()),
-    "PTC_MR": (80, ()),
-    "NCI1": (140, ()),
-    "ENZYMES": (80, ("node_attributes",)),
-    "Cuneiform": (30, ()),
-    "IMDB-BINARY": (20, ()),
+#: name -> (first graphs kept, None for all; graphs each class is topped up to; raw file parts left out)
+FIXTURES: dict[str, tuple[int | None, int, tuple[str, ...]]] = {
+    "MUTAG": (None, 0, ()),
+    "PTC_MR": (80, 0, ()),
+    "NCI1": (140, 40, ()),
+    "ENZYMES": (80, 4, ()),
+    "Cuneiform": (30, 3, ()),
+    "IMDB-BINARY": (20, 10, ()),
 }
 
 PER_GRAPH = ("graph_labels", "graph_attributes")
@@ -53,8 +58,34 @@ def _write(path: Path, lines: list[bytes]) -> None:
     path.write_bytes(b"".join(line + b"\n" for line in lines))
 
 
+def kept_graphs(labels: list[bytes], first: int, per_class: int) -> list[int]:
+    """The graphs a fixture keeps (0-based, in file order): the first ``first``, then for each
+    class with fewer than ``per_class`` among them its next graphs until it has that many."""
+    kept = list(range(min(first, len(labels))))
+    counts: dict[bytes, int] = {}
+    for graph in kept:
+        counts[labels[graph].strip()] = counts.get(labels[graph].strip(), 0) + 1
+    for graph in range(len(kept), len(labels)):
+        label = labels[graph].strip()
+        if counts.get(label, 0) < per_class:
+            counts[label] = counts.get(label, 0) + 1
+            kept.append(graph)
+    return kept
+
+
+def _renumbered(line: bytes, values: list[int]) -> bytes:
+    """``line``'s comma-separated integers replaced by ``values``, its spacing kept."""
+    fields = line.split(b",")
+    out = []
+    for field, value in zip(fields, values, strict=True):
+        stripped = field.strip()
+        start = field.index(stripped)
+        out.append(field[:start] + str(value).encode() + field[start + len(stripped) :])
+    return b",".join(out)
+
+
 def make(name: str, source_root: Path, out_root: Path) -> None:
-    graphs, drop = FIXTURES[name]
+    first, per_class, drop = FIXTURES[name]
     source, out = source_root / name / "raw", out_root / name / "raw"
     if out.exists():
         shutil.rmtree(out)
@@ -65,32 +96,39 @@ def make(name: str, source_root: Path, out_root: Path) -> None:
         raise ValueError(f"{source}: raw files of unknown kind: {sorted(unknown)}")
     if (source / "README.txt").is_file():
         shutil.copyfile(source / "README.txt", out / "README.txt")
-    if graphs is None:
+    if first is None:
         for part, path in parts.items():
             if part not in drop:
                 shutil.copyfile(path, out / path.name)
         return
+    graphs = kept_graphs(_lines(parts["graph_labels"]), first, per_class)
+    new_graph = {graph + 1: index + 1 for index, graph in enumerate(graphs)}  # graph IDs, 1-based
     indicator = [int(line) for line in _lines(parts["graph_indicator"])]
-    nodes = next((i for i, graph in enumerate(indicator) if graph > graphs), len(indicator))
+    nodes = [node for node, graph in enumerate(indicator, 1) if graph in new_graph]  # node IDs, 1-based
+    new_node = {node: index + 1 for index, node in enumerate(nodes)}
     edges = _lines(parts["A"])
     keep = []
     for line in edges:
         source_node, target_node = (int(value) for value in line.split(b","))
-        if (source_node <= nodes) != (target_node <= nodes):
-            raise ValueError(f"{name}: edge {line!r} joins graph {graphs} and a later one")
-        keep.append(source_node <= nodes)
+        if (source_node in new_node) != (target_node in new_node):
+            raise ValueError(f"{name}: edge {line!r} joins a kept graph and one left out")
+        keep.append(source_node in new_node)
     for part, path in parts.items():
         if part in drop:
             continue
         lines = _lines(path)
         if part in PER_GRAPH:
-            lines = lines[:graphs]
+            lines = [lines[graph] for graph in graphs]
         elif part in PER_NODE:
-            lines = lines[:nodes]
+            lines = [lines[node - 1] for node in nodes]
+            if part == "graph_indicator":
+                lines = [_renumbered(line, [new_graph[int(line)]]) for line in lines]
         else:
             if len(lines) != len(edges):
                 raise ValueError(f"{path}: {len(lines)} lines for {len(edges)} edges")
             lines = [line for line, kept in zip(lines, keep, strict=True) if kept]
+            if part == "A":
+                lines = [_renumbered(line, [new_node[int(value)] for value in line.split(b",")]) for line in lines]
         _write(out / path.name, lines)
 
 
