@@ -10,6 +10,13 @@ of the graphs given to ``fit`` (:func:`standardisation`); ``"multiscale"`` appen
 ``j = 1..d``, the mean attribute vector of the nodes at distance exactly ``j``
 (:func:`multiscale_attributes`, zeros where there is none).
 
+PyG's own layout is read too: ``TUDataset(name, use_node_attr=True)`` puts each node's
+continuous attributes and then its one-hot labels side by side in ``x``. With the number of
+attribute columns (``MWSP(num_node_attributes=...)``, or read from the dataset itself:
+:func:`dataset_attribute_columns`), :func:`split_attribute_columns` reads the first columns
+as ``node_attr`` and the rest as the labels, so W is the W of ``node_attr`` and the labels given
+apart.
+
 Sums are taken over sorted values, so a mean is the same bits whatever the order of the
 nodes or the graphs: renumbering a graph still gives W = 0 exactly. The attribute columns go
 in front of the path columns of the sparse rows (:func:`with_attributes`): the ground costs
@@ -18,6 +25,8 @@ node x vocabulary array is built.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,6 +43,74 @@ def _is_one_hot(values: np.ndarray) -> bool:
         and values.shape[1] >= 2
         and bool(np.all((values == 0) | (values == 1)) and np.all(values.sum(1) == 1))
     )
+
+
+def dataset_attribute_columns(graphs) -> int:
+    """How many leading columns of ``x`` are continuous attributes in a PyG ``TUDataset``
+    loaded with ``use_node_attr=True`` (its ``num_node_attributes``); 0 for any other
+    dataset or list of graphs.
+
+    ``TUDataset`` keeps ``num_node_attributes`` whether or not ``x`` holds them (without
+    ``use_node_attr`` it cuts them off), so the count is taken only where ``x`` is as wide as
+    the attributes and the labels together.
+    """
+    sizes = getattr(graphs, "sizes", None)
+    if not isinstance(sizes, dict) or "num_node_attributes" not in sizes:
+        return 0
+    count = int(sizes["num_node_attributes"])
+    x = getattr(getattr(graphs, "_data", None), "x", None)
+    if count <= 0 or x is None or x.dim() != 2 or x.size(1) != count + int(sizes.get("num_node_labels", 0)):
+        return 0
+    return count
+
+
+def split_attribute_columns(graphs, num_node_attributes: int, labels: str = "auto") -> list:
+    """Graphs whose ``x`` is ``[attributes | one-hot labels]`` (PyG's ``TUDataset`` with
+    ``use_node_attr=True``) as graphs with ``node_attr = x[:, :num_node_attributes]`` and
+    ``x = x[:, num_node_attributes:]``, the labels; shallow copies, the input untouched.
+
+    A graph that already has ``node_attr`` keeps it, and one with ``node_label`` takes its
+    labels from there, as everywhere else.
+
+    Args:
+        graphs: a list of PyG ``Data`` or a PyG dataset.
+        num_node_attributes (int): the leading attribute columns of ``x`` (``0``: the graphs as
+            they are).
+        labels (str): the label policy; under ``"auto"`` a graph whose ``x`` holds attributes
+            only, and no ``node_label``, has no labels.
+
+    Raises:
+        ValueError: naming the graph, for an ``x`` missing or narrower than
+            ``num_node_attributes``, or (``labels="auto"``) holding no label columns.
+    """
+    from mwsp_torch.graphs import as_graph_list
+
+    graphs = as_graph_list(graphs)
+    if num_node_attributes == 0:
+        return graphs
+    out = []
+    for index, data in enumerate(graphs):
+        x = getattr(data, "x", None)
+        if x is None or getattr(x, "ndim", 0) != 2 or x.shape[1] < num_node_attributes:
+            shape = "none" if x is None else f"shape {list(getattr(x, 'shape', []))}"
+            raise ValueError(
+                f"graph {index}: num_node_attributes={num_node_attributes} reads the first "
+                f"{num_node_attributes} columns of x as attributes, but x has {shape}"
+            )
+        view = copy.copy(data)
+        if getattr(data, "node_attr", None) is None:
+            view.node_attr = x[:, :num_node_attributes]
+        if x.shape[1] > num_node_attributes:
+            view.x = x[:, num_node_attributes:]
+        else:
+            if labels == "auto" and getattr(data, "node_label", None) is None:
+                raise ValueError(
+                    f"graph {index}: x holds its {num_node_attributes} attribute columns and no label columns "
+                    "(num_node_attributes); choose labels='degree' or labels='uniform', or pass node_label"
+                )
+            del view.x
+        out.append(view)
+    return out
 
 
 def read_attributes(graphs, sizes: np.ndarray, labels: str = "auto") -> np.ndarray:

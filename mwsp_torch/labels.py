@@ -180,8 +180,11 @@ def _checked_labels(lab: np.ndarray, source: str, index: int, num_nodes: int) ->
             )
         if not _integral(lab):
             raise ValueError(
-                f"graph {index}: x has non-integer values; MWSP needs discrete node labels "
-                "(pass node_label, or labels='degree'/'uniform')"
+                f"graph {index}: x has non-integer values; MWSP needs discrete node labels. If x holds "
+                "continuous attributes and then one-hot labels (PyG's TUDataset(use_node_attr=True)), pass "
+                "MWSP(num_node_attributes=dataset.num_node_attributes), or the dataset itself; if it holds "
+                "attributes only, choose labels='degree' or labels='uniform', or pass node_label "
+                "(and attributes='node' to use the attributes)"
             )
     beyond = _beyond_int64(lab)
     if beyond is not None:
