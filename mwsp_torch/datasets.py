@@ -219,7 +219,10 @@ def _end_lines(raw: Path) -> None:
 
 
 def load_tudataset(
-    name: str, root: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None
+    name: str,
+    root: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    log: bool = True,
 ) -> tuple[list[Data], np.ndarray]:
     """Load a TU dataset from ``root/NAME/raw`` without any download.
 
@@ -228,6 +231,8 @@ def load_tudataset(
         root (str, optional): data root (default ``$MWSP_DATA_ROOT``).
         cache_dir (str, optional): where processed files go (default
             ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``).
+        log (bool): let PyG print ``Processing... Done!`` on stderr when it processes the raw
+            files, a dataset's first load (default ``True``, as PyG; ``mwsp --quiet`` turns it off).
 
     Returns:
         ``(graphs, y)``: a list of ``Data`` (with ``node_label``, ``edge_label`` and
@@ -284,8 +289,11 @@ def load_tudataset(
                     shutil.copyfile(path, staging / path.name)
             _end_lines(staging)
             staging.rename(target)
-        dataset = TUDataset(str(cache_root), name)
-    graphs = [dataset[i] for i in range(len(dataset))]
+        dataset = (TUDataset if log else _quiet_tudataset())(str(cache_root), name)
+    # A graph sliced from a PyG dataset shares the dataset's storage, and pickles all of it (188
+    # MUTAG graphs: 63 MB, where 0.76 MB is theirs): a clone holds its own tensors only, so the
+    # graphs travel to a search's worker processes at their own size.
+    graphs = [dataset[i].clone() for i in range(len(dataset))]
     sizes = np.array([g.num_nodes for g in graphs])
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     if labels is not None:  # as many rows as nodes: checked above
@@ -299,6 +307,20 @@ def load_tudataset(
     _attach_edge_labels(raw, name, graphs, offsets)
     y = dataset.y.numpy().astype(np.int64)
     return graphs, y
+
+
+def _quiet_tudataset():
+    from torch_geometric.datasets import TUDataset
+
+    class QuietTUDataset(TUDataset):
+        """PyG's ``TUDataset`` without its ``Processing... Done!`` (which ``log`` controls in PyG's
+        ``Dataset``, and ``TUDataset`` does not pass on)."""
+
+        def _process(self) -> None:
+            self.log = False
+            super()._process()
+
+    return QuietTUDataset
 
 
 def _read_node_attributes(raw: Path, name: str, num_nodes: int) -> np.ndarray | None:
@@ -441,9 +463,13 @@ def make_csl(graphs_per_class: int = 15, num_nodes: int = 41, seed: int = 0) -> 
 
 
 def load_dataset(
-    name: str, root: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None
+    name: str,
+    root: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    log: bool = True,
 ) -> tuple[list[Data], np.ndarray]:
-    """``"CSL"`` (generated, offline) or a TU dataset, as ``(graphs, y)``."""
+    """``"CSL"`` (generated, offline) or a TU dataset, as ``(graphs, y)`` (``log``: as in
+    :func:`load_tudataset`)."""
     if name == "CSL":
         return make_csl()
-    return load_tudataset(name, root=root, cache_dir=cache_dir)
+    return load_tudataset(name, root=root, cache_dir=cache_dir, log=log)

@@ -5,14 +5,28 @@ transport -> kernel``. ``fit`` learns the vocabularies (label rows, trees,
 path representations, distinct node rows) and the training distances;
 ``transform`` gives unseen trees, paths and rows fresh IDs in throw-away
 tables, so the fitted state never changes.
+
+W depends on neither ``lam`` nor an SVM's ``C``, so a search over them needs it once per
+training fold. The clones of one estimator (what ``GridSearchCV`` fits, one per candidate and
+fold) share an in-process cache of their fits and transforms, keyed by the graphs' content and
+every parameter but ``lam``, ``n_jobs`` and ``progress`` (:data:`FIT_CACHE_ENV` bounds it).
+Inside a joblib worker process, ``n_jobs=-1`` means the worker's share of the cores (what joblib
+gives its inner thread pools), not every core: a search's workers do not start threads for all
+cores each.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import os
+import sys
+import threading
 import time
+import uuid
 import warnings
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -26,8 +40,10 @@ from mwsp_torch._checks import is_integer, is_positive_number, is_real
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch.attributes import (
     ATTRIBUTE_MODES,
+    dataset_attribute_columns,
     multiscale_attributes,
     read_attributes,
+    split_attribute_columns,
     standardisation,
     with_attributes,
 )
@@ -127,6 +143,12 @@ class MWSP(TransformerMixin, BaseEstimator):
             then the mean over the nodes at distance ``1..d``) (default ``None``: not read).
         beta (float): weight of the attributes in a row, ``> 0`` (default ``1.0``; read only
             with ``attributes``).
+        num_node_attributes (int, optional): PyG's layout of ``x``: its first
+            ``num_node_attributes`` columns are continuous attributes and the rest the one-hot
+            labels, as ``TUDataset(name, use_node_attr=True)`` stores them; they are read as
+            ``node_attr`` and as the labels given apart (same W). ``0``: ``x`` is read as it is
+            (default ``None``: the dataset's ``num_node_attributes`` when ``fit`` is given a
+            ``TUDataset`` whose ``x`` holds them, else ``0``).
 
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
@@ -138,6 +160,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             same rows for any graphs.
         attribute_mean_, attribute_scale_ (np.ndarray or None): the standardisation of the
             attributes fitted on the training graphs (None without ``attributes``).
+        num_node_attributes_ (int): the leading attribute columns of ``x`` that ``fit`` read
+            (``num_node_attributes``, or the dataset's); ``transform`` reads new graphs alike.
         label_scheme_ (LabelScheme): how the training graphs' labels were read (one-hot
             ``x`` or not, label width); ``transform`` reads new graphs the same way.
         tree_vocab_, path_vocab_ (Vocabulary), row_vocab_ (transport.RowVocabulary):
@@ -167,6 +191,14 @@ class MWSP(TransformerMixin, BaseEstimator):
     (an error says so). The others (``lam``, ``n_jobs``, ``device``, ``exact_engine``,
     ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``, ``client``) may change freely.
 
+    The clones of an estimator (``sklearn.base.clone``, as ``GridSearchCV`` makes them) share
+    their fits: a clone's ``fit`` on graphs with the same content, with the same parameters but
+    ``lam``, ``n_jobs`` and ``progress``, copies the fitted state of the earlier fit instead of
+    computing W again (``timings_["from_cache"]`` is then ``True``), and likewise ``transform``
+    on the same graphs. Not with a ``checkpoint`` or a ``client``. The cache is in-process,
+    least recently used first out, bounded by ``$MWSP_FIT_CACHE_MB`` (default 512 MiB; ``0``
+    turns it off); :func:`clear_fit_cache` empties it.
+
     ``solver="sinkhorn"`` pays on a GPU; on a CPU the exact solver is both faster and exact,
     so ``fit`` warns there (:class:`SinkhornOnCPUWarning`).
     """
@@ -192,6 +224,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         edge_labels: bool = False,
         attributes: str | None = None,
         beta: float = 1.0,
+        num_node_attributes: int | None = None,
     ) -> None:
         self.d = d
         self.k = k
@@ -212,10 +245,12 @@ class MWSP(TransformerMixin, BaseEstimator):
         self.edge_labels = edge_labels
         self.attributes = attributes
         self.beta = beta
+        self.num_node_attributes = num_node_attributes
 
     def __sklearn_clone__(self) -> MWSP:
         """A clone that shares ``client`` (a connection, which cannot be deep-copied) and copies
-        every other parameter, as :func:`sklearn.base.clone` does."""
+        every other parameter, as :func:`sklearn.base.clone` does; it joins this estimator's
+        family, whose members share their fits (the class docstring)."""
         client = self.client
         try:
             self.client = None
@@ -223,6 +258,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         finally:
             self.client = client
         new.client = client
+        new._clone_family = self.__dict__.setdefault("_clone_family", uuid.uuid4().hex)
         return new
 
     def validate_params(self) -> None:
@@ -265,6 +301,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"attributes must be None or one of {ATTRIBUTE_MODES}, got {self.attributes!r}")
         if not is_positive_number(self.beta):
             raise ValueError(f"beta must be > 0 and finite, got {self.beta!r}")
+        if self.num_node_attributes is not None and (
+            not is_integer(self.num_node_attributes) or self.num_node_attributes < 0
+        ):
+            raise ValueError(f"num_node_attributes must be None or an integer >= 0, got {self.num_node_attributes!r}")
         if self.labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
         if self.sinkhorn_backend not in SINKHORN_BACKENDS:
@@ -351,6 +391,9 @@ class MWSP(TransformerMixin, BaseEstimator):
             label_scheme, tree_vocab, path_vocab, row_vocab = LabelScheme(), Vocabulary(), Vocabulary(), RowVocabulary()
             edge_scheme = LabelScheme() if self.edge_labels else None
             tree_frozen = path_frozen = None
+        count = self._attribute_count(graphs, fitted)
+        if count:
+            graphs = split_attribute_columns(graphs, count, self.labels)
         if self.attributes is not None:
             graphs = as_graph_list(graphs)  # read twice: labels and structure, then attributes
         graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme, edge_scheme=edge_scheme)
@@ -398,6 +441,7 @@ class MWSP(TransformerMixin, BaseEstimator):
                     row_vocab_=row_vocab,
                     attribute_mean_=mean,
                     attribute_scale_=scale,
+                    num_node_attributes_=count,
                 )
             _, first = np.unique(row_ids, return_index=True)
             bank = features[first]
@@ -405,6 +449,28 @@ class MWSP(TransformerMixin, BaseEstimator):
         graph_ptr, support, counts = collapse(row_ids, graph_set.ptr, bank.shape[0])
         support_set = SupportSet(rows=bank, graph_ptr=graph_ptr, support=support, counts=counts, sizes=graph_set.sizes)
         return support_set, features
+
+    def _attribute_count(self, graphs, fitted: bool) -> int:
+        """The leading attribute columns of ``x``: ``num_node_attributes``, else (``None``) the
+        dataset's in ``fit`` and the fitted count after it."""
+        found = dataset_attribute_columns(graphs)
+        if self.num_node_attributes is not None:
+            return int(self.num_node_attributes)
+        if not fitted:
+            return found
+        count = getattr(self, "num_node_attributes_", 0)
+        if found and found != count:
+            raise ValueError(
+                f"the dataset's x holds {found} attribute columns (num_node_attributes), the fitted graphs' {count}"
+            )
+        return count
+
+    def _n_threads(self) -> int:
+        """``n_jobs``, except that ``-1`` inside a joblib worker process is the worker's share of
+        the cores (:func:`joblib_worker_threads`)."""
+        if self.n_jobs == -1:
+            return joblib_worker_threads() or -1
+        return self.n_jobs
 
     def _engine(self, num_rows: int) -> str:
         """The engine that solves this call's pairs: ``"sinkhorn"``, or the exact engine, with
@@ -452,7 +518,7 @@ class MWSP(TransformerMixin, BaseEstimator):
                     right,
                     pairs,
                     device=self.device,
-                    n_jobs=self.n_jobs,
+                    n_jobs=self._n_threads(),
                     table_bytes=THREAD_TABLE_BYTES,
                     progress=bar.update,
                 )
@@ -467,7 +533,13 @@ class MWSP(TransformerMixin, BaseEstimator):
                     )
             if engine == "compiled":
                 return exact_distances(
-                    left, right, pairs, n_jobs=self.n_jobs, checkpoint=self.checkpoint, progress=bar.update, stats=stats
+                    left,
+                    right,
+                    pairs,
+                    n_jobs=self._n_threads(),
+                    checkpoint=self.checkpoint,
+                    progress=bar.update,
+                    stats=stats,
                 )
             # The schedule starts from the training rows alone (``right`` is always the training
             # side): in fit they are the whole bank, and a transform's values then do not depend
@@ -516,6 +588,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             settings.update(edge_labels=True)
         if self.attributes is not None:
             settings.update(attributes=self.attributes, beta=float(self.beta))
+        if self.num_node_attributes is not None:
+            settings.update(num_node_attributes=int(self.num_node_attributes))
         return settings
 
     def _sinkhorn_error(self, support: SupportSet, pairs: np.ndarray, values: np.ndarray) -> dict | None:
@@ -524,7 +598,7 @@ class MWSP(TransformerMixin, BaseEstimator):
             return None
         rng = np.random.default_rng(0)
         picked = np.sort(rng.choice(len(pairs), min(self.sinkhorn_check, len(pairs)), replace=False))
-        exact = exact_distances(support, support, pairs[picked], n_jobs=self.n_jobs)
+        exact = exact_distances(support, support, pairs[picked], n_jobs=self._n_threads())
         gap = np.abs(values[picked] - exact)
         positive = exact > 0
         relative = gap[positive] / exact[positive]
@@ -542,12 +616,29 @@ class MWSP(TransformerMixin, BaseEstimator):
 
         Args:
             graphs: a list of PyG ``Data`` or a PyG dataset.
-            y: ignored (distances use no class labels).
+            y: ignored: W uses no class labels, as an unsupervised transformer's fit does not
+                (it is accepted so that ``MWSP`` fits in a scikit-learn ``Pipeline`` before a
+                classifier, which takes ``y``). One label per graph is still checked, so that
+                graphs and labels of different lengths fail here rather than later.
 
         Returns:
             self
+
+        Raises:
+            ValueError: for a bad parameter, a bad graph (naming it), or a ``y`` with another
+                length than ``graphs``.
         """
         self.validate_params()
+        _check_targets(graphs, y)
+        key = self._fit_key(graphs)
+        if key is not None:
+            cached = _FIT_CACHE.get(key)
+            if cached is not None:
+                for name, value in copy.deepcopy(cached).items():
+                    setattr(self, name, value)
+                self.timings_ = {**self.timings_, "from_cache": True}
+                self._fit_key_ = key
+                return self
         if self.solver == "sinkhorn" and _device_type(self.device) == "cpu":
             warnings.warn(
                 "solver='sinkhorn' on a CPU is slower than the exact solver there, and only approximate "
@@ -598,7 +689,31 @@ class MWSP(TransformerMixin, BaseEstimator):
         )
         for name, value in fitted.items():
             setattr(self, name, value)
+        self._fit_key_ = key
+        if key is not None:
+            _FIT_CACHE.put(key, copy.deepcopy(fitted), _nbytes(fitted))
         return self
+
+    def _cache_key(self, graphs) -> str | None:
+        """What a fit or transform's result depends on, as a key: the parameters but ``lam``,
+        ``n_jobs`` and ``progress``, and the graphs' content (:func:`_graphs_digest`); None
+        where nothing is cached (no clone family, a ``checkpoint`` or ``client``, graphs that
+        cannot be read twice or hashed)."""
+        family = self.__dict__.get("_clone_family")
+        if family is None or self.checkpoint is not None or self.client is not None:
+            return None
+        if not (isinstance(graphs, (list, tuple)) or (hasattr(graphs, "__getitem__") and hasattr(graphs, "__len__"))):
+            return None  # an iterator: read once, by the fit itself
+        digest = _graphs_digest(graphs)
+        if digest is None:
+            return None
+        params = {name: value for name, value in self.get_params(deep=False).items() if name not in _NOT_IN_KEY}
+        count = dataset_attribute_columns(graphs)
+        return hashlib.sha1(f"{family} {sorted(params.items())!r} {count} {digest}".encode()).hexdigest()
+
+    def _fit_key(self, graphs) -> str | None:
+        key = self._cache_key(graphs)
+        return None if key is None else f"fit {key}"
 
     def kernel(self, distances: np.ndarray | None = None) -> np.ndarray:
         """``exp(-lam W)`` of the given distances, or of ``distances_``."""
@@ -618,6 +733,19 @@ class MWSP(TransformerMixin, BaseEstimator):
     def cross_distances(self, graphs) -> np.ndarray:
         """W between new graphs and the training graphs, ``[n_new, n_train]``."""
         self._check_fitted()
+        fit_key = getattr(self, "_fit_key_", None)
+        key = None if fit_key is None else self._cache_key(graphs)
+        if key is not None:
+            key = f"cross {fit_key} {key}"
+            cached = _FIT_CACHE.get(key)
+            if cached is not None:
+                return cached.copy()
+        distances = self._cross_distances(graphs)
+        if key is not None:
+            _FIT_CACHE.put(key, distances.copy(), distances.nbytes)
+        return distances
+
+    def _cross_distances(self, graphs) -> np.ndarray:
         new = self._features(graphs, fitted=True)[0]
         train = SupportSet(
             rows=new.rows,
@@ -637,7 +765,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         if fitted is None:
             return
         # An extension's setting is absent when it is off (feature_settings): compare as off.
-        fitted = {"edge_labels": False, "attributes": None, "beta": self.beta, **fitted}
+        fitted = {"edge_labels": False, "attributes": None, "beta": self.beta, "num_node_attributes": None, **fitted}
         for name, value in fitted.items():  # solver before blur and scaling
             if getattr(self, name) != value:
                 raise ValueError(
@@ -750,6 +878,147 @@ class NodeRows:
     path_vocabs: tuple[Vocabulary, Vocabulary]
     attribute_columns: int = 0
     attribute_width: int = 0
+
+
+#: Parameters that change neither W nor the fitted state: left out of the cache's keys.
+_NOT_IN_KEY = ("lam", "n_jobs", "progress")
+
+#: Environment variable bounding the in-process cache of fits, in MiB (default 512; 0: off).
+FIT_CACHE_ENV = "MWSP_FIT_CACHE_MB"
+
+
+class _FitCache:
+    """Fitted states and cross distances by key, least recently used first out, bounded in bytes
+    (``$MWSP_FIT_CACHE_MB``, read at each call); safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, tuple[object, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def limit() -> int:
+        value = os.environ.get(FIT_CACHE_ENV, "512")
+        try:
+            megabytes = float(value)
+        except ValueError:
+            raise ValueError(f"{FIT_CACHE_ENV}={value!r}: expected a number of MiB (0: no cache)") from None
+        return int(max(megabytes, 0.0) * 2**20)
+
+    def get(self, key: str):
+        if self.limit() == 0:  # off: nothing is served, whatever was stored before
+            return None
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: str, value, nbytes: int) -> None:
+        limit = self.limit()
+        with self._lock:
+            if key in self._entries:
+                self._bytes -= self._entries.pop(key)[1]
+            if nbytes > limit:
+                return
+            self._entries[key] = (value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > limit:
+                self._bytes -= self._entries.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_FIT_CACHE = _FitCache()
+
+
+def clear_fit_cache() -> None:
+    """Empty this process's cache of fits and transforms shared by the clones of an estimator
+    (:class:`MWSP`'s docstring)."""
+    _FIT_CACHE.clear()
+
+
+def joblib_worker_threads() -> int | None:
+    """In a joblib (loky) worker process, the threads its inner pools may use: the
+    ``OMP_NUM_THREADS`` joblib set there (its cores divided by the workers, or the parent's own
+    setting, or ``inner_max_num_threads``), at least 1; None outside such a worker."""
+    loky = sys.modules.get("joblib.externals.loky.process_executor")
+    if loky is None or getattr(loky, "_CURRENT_DEPTH", 0) < 1:
+        return None
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def _check_targets(graphs, y) -> None:
+    """``y`` (ignored by ``fit``), where given, has one entry per graph."""
+    if y is None or not hasattr(graphs, "__len__"):
+        return
+    try:
+        count = len(y)
+    except TypeError:
+        raise ValueError(f"y must hold one label per graph, got {type(y).__name__}") from None
+    if count != len(graphs):
+        raise ValueError(f"y has {count} labels for {len(graphs)} graphs; MWSP ignores y, but it must match the graphs")
+
+
+def _graphs_digest(graphs) -> str | None:
+    """SHA-1 of every field of every graph (names, dtypes, shapes, bytes): graphs equal in
+    content share it, whatever objects hold them. None for anything but plain ``Data`` with
+    dense tensors, numbers and strings (such graphs are not cached)."""
+    import torch
+    from torch_geometric.data import Data
+
+    digest = hashlib.sha1()
+    for data in graphs:
+        if type(data) is not Data:
+            return None
+        digest.update(b"graph")
+        for name in sorted(data.keys()):
+            value = data[name]
+            digest.update(f"|{name}:".encode())
+            if isinstance(value, torch.Tensor):
+                if value.layout != torch.strided:
+                    return None
+                value = value.detach().cpu().contiguous()
+                digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+                digest.update(value.reshape(-1).view(torch.uint8).numpy())
+            elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+                digest.update(f"{value.dtype}{value.shape}".encode())
+                digest.update(np.ascontiguousarray(value).view(np.uint8))
+            elif value is None or isinstance(value, (bool, int, float, str, np.integer, np.floating)):
+                digest.update(f"{type(value).__name__}{value!r}".encode())
+            else:
+                return None
+    return digest.hexdigest()
+
+
+def _nbytes(value, depth: int = 0) -> int:
+    """About how many bytes the arrays in ``value`` hold (arrays, sparse matrices, dataclasses,
+    objects, containers): what a cached fit costs."""
+    if depth > 6:
+        return 0
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if sp.issparse(value):
+        return sum(getattr(value, name).nbytes for name in ("data", "indices", "indptr") if hasattr(value, name))
+    if isinstance(value, dict):
+        return sum(_nbytes(item, depth + 1) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(item, depth + 1) for item in value)
+    if dataclasses.is_dataclass(value):
+        return sum(_nbytes(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
+    if hasattr(value, "__dict__"):
+        return _nbytes(vars(value), depth + 1)
+    return 0
 
 
 def _device_type(device) -> str:
