@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.transport.dense import dense_exact_transport
 
 #: A squared distance from the Gram product under this share of the squared norms it came
@@ -217,24 +219,25 @@ class _TemplateDistances(torch.autograd.Function):
         scale = torch.from_numpy(out.plan_mass) * per_pair[pair]
         grad_x = grad_templates = grad_node_weight = grad_template_weight = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
-            # The plan-weighted cost gradient as matrix products: with E the [N, T m] plan
-            # entries times the upstream gradient (times 2 for the squared cost, divided by
-            # the distance for the Euclidean one: its gradient (x - y) / |x - y|, taken as 0
-            # at coincident points), d/dx_i = rowsum(E)_i x_i - (E Y)_i and
-            # d/dy_j = colsum(E)_j y_j - (E^T X)_j. Pairs are disjoint blocks, so no entry repeats.
+            # Each plan entry's mass times the upstream gradient, times the cost's gradient
+            # factor: 2 (x - y) for the squared cost, (x - y) / |x - y| for the Euclidean one,
+            # taken as 0 at coincident points (a subgradient).
             if squared:
                 entry = 2.0 * scale
             else:
                 distance = costs[row, col]
                 entry = torch.where(distance > 0, scale / torch.where(distance > 0, distance, 1.0), 0.0)
-            weights = torch.zeros_like(costs)
-            weights[row, col] = entry
+            grad_points = torch.zeros_like(points)
+            grad_template_points = torch.zeros_like(template_points)
+            numba_ready()
+            _plan_gradients(
+                points.numpy(), template_points.numpy(), out.plan_row, out.plan_col, entry.numpy(),
+                grad_points.numpy(), grad_template_points.numpy(),
+            )  # fmt: skip
             if ctx.needs_input_grad[0]:
-                grad_x = weights.sum(1, keepdim=True) * points - weights @ template_points
-                grad_x = grad_x.to(x[1], x[2])
+                grad_x = grad_points.to(x[1], x[2])
             if ctx.needs_input_grad[2]:
-                grad_templates = weights.sum(0).unsqueeze(1) * template_points - weights.T @ points
-                grad_templates = grad_templates.reshape(templates[0]).to(templates[1], templates[2])
+                grad_templates = grad_template_points.reshape(templates[0]).to(templates[1], templates[2])
         num_pairs = len(out.values)
         if ctx.needs_input_grad[1] and node_weight is not None:
             # Row duals are centred per pair (mean 0); entry e of pair k is row ptr[g] + e - offset[k].
@@ -253,6 +256,22 @@ class _TemplateDistances(torch.autograd.Function):
             grad_template_weight = duals.reshape(-1, num_templates, size).sum(0)
             grad_template_weight = grad_template_weight.to(template_weight[1], template_weight[2])
         return grad_x, grad_node_weight, grad_templates, grad_template_weight, None, None, None
+
+
+@njit(cache=True, nogil=True)
+def _plan_gradients(points, template_points, plan_row, plan_col, entry, grad_points, grad_template_points):
+    """Add ``entry[a] * (x_r - y_c)`` to ``grad_points[r]`` and its opposite to
+    ``grad_template_points[c]`` for each plan entry ``a = (r, c)``: one pass over the plan,
+    where a gather of ``x_r - y_c`` rows and two scatter-adds in torch cost ten times more."""
+    width = points.shape[1]
+    for a in range(plan_row.shape[0]):
+        r = plan_row[a]
+        c = plan_col[a]
+        e = entry[a]
+        for k in range(width):
+            step = e * (points[r, k] - template_points[c, k])
+            grad_points[r, k] += step
+            grad_template_points[c, k] -= step
 
 
 def _ground_costs(points: Tensor, template_points: Tensor, squared: bool) -> Tensor:
