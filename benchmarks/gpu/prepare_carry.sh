@@ -47,7 +47,7 @@ data=$(size "$carry/tudatasets.tar.xz")
 tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
 all=$((wheels + data + tree))
 limit=$((64 * 1024 * 1024))
-printf '%-28s %8.1f MiB\n' "wheels ($carry/whl)" "$(bc -l <<<"$wheels / 1048576")" \
+printf '%-32s %6.1f MiB\n' "wheels ($carry/whl)" "$(bc -l <<<"$wheels / 1048576")" \
     "datasets (tudatasets.tar.xz)" "$(bc -l <<<"$data / 1048576")" \
     "working tree (travels too)" "$(bc -l <<<"$tree / 1048576")" \
     "total" "$(bc -l <<<"$all / 1048576")" "limit" 64
