@@ -111,7 +111,7 @@ def summary(args, names) -> list[str]:
     return lines
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["MUTAG", "PTC_MR", "IMDB-BINARY", "ENZYMES", "PROTEINS",
                                                           "NCI1"])  # fmt: skip
@@ -123,9 +123,15 @@ def main(argv=None) -> None:
     parser.add_argument("--splits-dir", default=str(DEFAULT_SPLITS), help="Errica et al.'s data_splits folder")
     parser.add_argument("--folds-dir", default=str(RESULTS / "folds"), help="the project's seed-42 split files")
     parser.add_argument("--raw-dir", default=str(RESULTS / "raw" / "compare"), help="one JSON cell per fold")
+    parser.add_argument("--max-epochs", type=int, help="instead of the profile's (recorded in each cell)")
+    parser.add_argument("--patience", type=int, help="instead of the profile's (recorded in each cell)")
     parser.add_argument("--force", action="store_true", help="recompute cells of another request")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    for option in ("max_epochs", "patience"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            parser.error(f"--{option.replace('_', '-')} {value}: must be >= 1")
     torch.set_num_threads(args.threads)
     folds = parse_folds(args.folds)
     root = raw_root(args)
@@ -142,14 +148,16 @@ def main(argv=None) -> None:
     print(f"{len(todo)} cells to compute ({total} trainings), profile {args.profile}, cells under {root}", flush=True)
     bar = tqdm(total=total, unit="training", disable=args.quiet or None, dynamic_ncols=True, file=sys.stdout)
     loaded: dict[str, tuple] = {}
-    for name, method, f, _ in todo:
+    done, began = 0, time.perf_counter()
+    for name, method, f, trainings in todo:
         if name not in loaded:
             loaded.clear()  # one dataset in memory at a time
             loaded[name] = dataset_inputs(name, args)
         packed, y, splits = loaded[name]
         if f >= len(splits.folds):
             print(f"{name}: no fold {f} (the split file has {len(splits.folds)})", flush=True)
-            bar.update(_)
+            bar.update(trainings)
+            done += trainings
             continue
         start = time.perf_counter()
 
@@ -159,17 +167,24 @@ def main(argv=None) -> None:
             bar.update()
 
         cell = run_gnn_cell(root, packed, y, splits.folds[f], f, method=method, dataset=name, profile=args.profile,
-                            seed=args.seed, split_sha256=splits.sha256, force=args.force, on_training=tick)  # fmt: skip
+                            seed=args.seed, split_sha256=splits.sha256, force=args.force, on_training=tick,
+                            max_epochs=args.max_epochs, patience=args.patience)  # fmt: skip
         runs = ", ".join(f"{a:.1f}" for a in cell["test_accuracies"])
+        done += trainings
+        left = total - done
+        # The estimate (also the bar's, when shown): the trainings left at this run's mean pace so far.
+        pace = (time.perf_counter() - began) / max(done, 1)
         tqdm.write(
             f"{name} {method} fold {f}: test {cell['accuracy']:.1f} ({runs}), selected {cell['selected']}, "
-            f"{time.perf_counter() - start:.0f} s",
+            f"{time.perf_counter() - start:.0f} s; {left} trainings left, about {left * pace / 3600:.1f} h",
             file=sys.stdout,
         )
         sys.stdout.flush()
     bar.close()
-    for line in summary(args, args.datasets):
+    lines = summary(args, args.datasets)
+    for line in lines:
         print(line, flush=True)
+    return lines
 
 
 if __name__ == "__main__":

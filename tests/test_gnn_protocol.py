@@ -280,3 +280,35 @@ def test_bad_folds_are_refused_naming_the_fault():
         run_gnn_fold(graphs, y, {"train": [0, 1], "validation": [2], "test": [12]}, max_epochs=1)
     with pytest.raises(ValueError, match="12 graphs but 11 labels"):
         run_gnn_fold(graphs, y[:11], _fold(12), max_epochs=1)
+
+
+def test_runner_writes_one_cell_per_fold_and_resumes(tmp_path, fixture_root, cache_dir, monkeypatch):
+    """``experiments/errica_gnn.py`` on the MUTAG fixture (2 epochs, 2 folds): one cell per
+    (method, fold) on the seed-42 split file, with its SHA-256; a rerun recomputes nothing."""
+    import sys
+    from pathlib import Path
+
+    from mwsp_torch.splits import sha256_of
+
+    monkeypatch.setenv("MWSP_DATA_ROOT", str(fixture_root))
+    monkeypatch.setenv("MWSP_CACHE_DIR", str(cache_dir))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "experiments"))
+    sys.modules.pop("errica_gnn", None)
+    import errica_gnn
+
+    assert errica_gnn.parse_folds("0,3,5-6") == [0, 3, 5, 6]
+    argv = ["--datasets", "MUTAG", "--folds", "0-1", "--max-epochs", "2", "--quiet", "--raw-dir",
+            str(tmp_path / "raw"), "--folds-dir", str(tmp_path / "folds")]  # fmt: skip
+    lines = errica_gnn.main(argv)
+    cells = sorted((tmp_path / "raw").rglob("fold-*.json"))
+    assert [c.relative_to(tmp_path / "raw").as_posix() for c in cells] == [
+        "MUTAG/baseline/fold-00.json", "MUTAG/baseline/fold-01.json", "MUTAG/gin/fold-00.json",
+        "MUTAG/gin/fold-01.json"]  # fmt: skip
+    digest = sha256_of(tmp_path / "folds" / "MUTAG.json")
+    loaded = [json.loads(c.read_text()) for c in cells]
+    assert {c["split_sha256"] for c in loaded} == {digest}
+    assert all(c["max_epochs"] == 2 and max(r["epochs"] for r in c["retrains"]) == 2 for c in loaded)
+    assert [line.split()[:3] for line in lines] == [["MUTAG", "gin", "2"], ["MUTAG", "baseline", "2"]]
+    stamps = [c.stat().st_mtime_ns for c in cells]
+    assert errica_gnn.main(argv) == lines
+    assert [c.stat().st_mtime_ns for c in cells] == stamps
