@@ -206,6 +206,15 @@ def test_selection_never_reads_the_test_graphs():
     assert flipped["test_accuracies"] == pytest.approx([100 - a for a in clean["test_accuracies"]])
     assert clean["test_indices"] == fold["test"].tolist() and len(clean["retrains"]) == 3
     assert clean["accuracy"] == pytest.approx(np.mean(clean["test_accuracies"]))
+    # The check can fail: a protocol that validated on the test graphs would see the flip.
+    leaky = {**fold, "validation": fold["test"], "test": fold["validation"]}
+    honest_y = y.copy()
+    honest_y[fold["test"]] = 1 - honest_y[fold["test"]]
+    seen = run_gnn_fold(packed, y, leaky, method="gin", grid=TINY_GIN, max_epochs=6)
+    seen_flipped = run_gnn_fold(packed, honest_y, leaky, method="gin", grid=TINY_GIN, max_epochs=6)
+    assert [s["validation_accuracy"] for s in seen_flipped["settings"]] != [
+        s["validation_accuracy"] for s in seen["settings"]
+    ]
 
 
 def test_selection_takes_the_best_validation_accuracy_first_on_ties(monkeypatch):
