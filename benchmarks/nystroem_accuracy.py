@@ -37,7 +37,7 @@ from sklearn.model_selection import train_test_split
 
 from mwsp_torch import load_dataset, nested_protocol
 from mwsp_torch.cache import cached_distances
-from mwsp_torch.nystroem_protocol import check_lam_grid, landmark_distances, landmark_pool, nystroem_protocol
+from mwsp_torch.evaluation.nystroem import check_lam_grid, landmark_distances, landmark_pool, nystroem_protocol
 
 RESULTS = Path(__file__).with_name("results-nystroem.json")
 

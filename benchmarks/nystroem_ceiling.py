@@ -37,9 +37,9 @@ from sklearn.svm import SVC, LinearSVC
 from mwsp_torch import load_dataset
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.evaluation import nested_folds
+from mwsp_torch.evaluation.nystroem import MAX_ITER, fold_landmarks, landmark_order
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.nystroem import nystroem_normalization
-from mwsp_torch.nystroem_protocol import MAX_ITER, fold_landmarks, landmark_order
 
 RESULTS = Path(__file__).with_name("results-nystroem.json")
 

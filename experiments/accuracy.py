@@ -48,9 +48,9 @@ from common import (
     take_subset,
 )
 
-from mwsp_torch import nested_protocol, paper_protocol
+from mwsp_torch import nested_protocol
 from mwsp_torch.datasets import resolve_cache_dir
-from mwsp_torch.evaluation import NESTED_INNER_FOLDS, combine_repetitions, reported_std
+from mwsp_torch.evaluation import NESTED_INNER_FOLDS, combine_repetitions, paper_pick, reported_std
 
 
 def run_dataset(name: str, args) -> dict:
@@ -117,13 +117,10 @@ def run_nested(name: str, args, stored: dict | None) -> dict:
     paper_checkpoint = selection_dir / f"accuracy-{name_key}-{request}-paper"
     if stored is None:
         start = time.perf_counter()
-        paper = {
-            f"{d},{k}": paper_protocol(
-                w, y, n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=paper_checkpoint
-            )
-            for (d, k), w in ws.items()
-        }
-        best = max(paper, key=lambda s: paper[s]["accuracy_mean"])
+        options = dict(n_splits=folds, n_jobs=args.eval_jobs, progress=not args.quiet, checkpoint=paper_checkpoint)
+        best, runs = paper_pick(ws, y, **options)
+        paper = {f"{d},{k}": run for (d, k), run in runs.items()}
+        best = f"{best[0]},{best[1]}"
         paper_entry = {
             "best": best,
             "per_setting": {s: {kk: r[kk] for kk in ("accuracy_mean", "accuracy_std")} for s, r in paper.items()},

@@ -9,16 +9,16 @@ their nested cross-validation), :func:`explain` the node-level plan behind one d
 
 from mwsp_torch.datasets import load_dataset, load_tudataset, make_csl
 from mwsp_torch.estimator import MWSP
-from mwsp_torch.evaluation import combine_repetitions, nested_protocol, paper_protocol
+from mwsp_torch.evaluation import Precomputed, combine_repetitions, nested_protocol, nystroem_protocol, paper_protocol
 from mwsp_torch.explain import explain, plot_explanation
 from mwsp_torch.kernel import krein_projector, laplacian_kernel
 from mwsp_torch.nystroem import MWSPNystroem
-from mwsp_torch.nystroem_protocol import nystroem_protocol
 from mwsp_torch.trees import TreeIDs
 
 __all__ = [
     "MWSP",
     "MWSPNystroem",
+    "Precomputed",
     "TreeIDs",
     "combine_repetitions",
     "explain",

@@ -176,7 +176,7 @@ def test_landmarks_never_come_from_the_graphs_a_fold_scores(protocol_w, monkeypa
     from sklearn.model_selection import StratifiedKFold
 
     # The module, not the function of the same name that mwsp_torch exports.
-    module = importlib.import_module("mwsp_torch.nystroem_protocol")
+    module = importlib.import_module("mwsp_torch.evaluation.nystroem")
 
     calls = []
 
@@ -209,7 +209,7 @@ def test_landmarks_never_come_from_the_graphs_a_fold_scores(protocol_w, monkeypa
 
 
 def test_distances_to_the_pool_alone_give_the_same_result(protocol_w):
-    from mwsp_torch.nystroem_protocol import landmark_distances, landmark_pool, nystroem_protocol
+    from mwsp_torch.evaluation.nystroem import landmark_distances, landmark_pool, nystroem_protocol
 
     pool = landmark_pool(PROTOCOL_Y, 6, PROTOCOL["seeds"], PROTOCOL["n_outer"], PROTOCOL["n_inner"])
     assert 6 < len(pool) < len(PROTOCOL_Y)
@@ -226,7 +226,7 @@ def test_distances_to_the_pool_alone_give_the_same_result(protocol_w):
 def test_the_protocol_features_are_the_transformer_features(protocol_w):
     # The outer fold's features, as the protocol builds them from W, against MWSPNystroem's
     # from the graphs, with the same landmarks (MWSPNystroem draws its own: use all of them).
-    from mwsp_torch.nystroem_protocol import PoolFeatures
+    from mwsp_torch.evaluation.nystroem import PoolFeatures
 
     landmarks = np.arange(10, 20)
     nys = MWSPNystroem(n_components=10, d=2, k=0, lam=0.5, random_state=0).fit([PROTOCOL_GRAPHS[i] for i in landmarks])
@@ -237,7 +237,7 @@ def test_the_protocol_features_are_the_transformer_features(protocol_w):
 
 
 def test_the_protocol_takes_a_tuple_of_scales_as_one_candidate(protocol_w):
-    from mwsp_torch.nystroem_protocol import PoolFeatures, nystroem_protocol
+    from mwsp_torch.evaluation.nystroem import PoolFeatures, nystroem_protocol
 
     pool_features = PoolFeatures(protocol_w, np.arange(40), 40, 1e-12)
     rows, landmarks = np.arange(40), np.arange(5, 15)
@@ -271,7 +271,7 @@ def test_the_protocol_takes_a_tuple_of_scales_as_one_candidate(protocol_w):
     ],
 )
 def test_the_protocol_refuses_bad_input(protocol_w, kwargs, message):
-    from mwsp_torch.nystroem_protocol import nystroem_protocol
+    from mwsp_torch.evaluation.nystroem import nystroem_protocol
 
     args = {**PROTOCOL, "n_components": 6, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -279,13 +279,13 @@ def test_the_protocol_refuses_bad_input(protocol_w, kwargs, message):
 
 
 def test_the_protocol_reads_beta_settings_and_refuses_other_keys(protocol_w):
-    from mwsp_torch.nystroem_protocol import nystroem_protocol
+    from mwsp_torch.evaluation.nystroem import nystroem_protocol
 
     args = {**PROTOCOL, "n_components": 6}
     result = nystroem_protocol({(2, 0, 0.5): protocol_w, (2, 0, 2.0): protocol_w}, PROTOCOL_Y, **args)
     assert all(s["beta"] in (0.5, 2.0) for s in result["selected"])  # the weight chosen, recorded
     with pytest.raises(ValueError, match="distances keys must be"):
-        nystroem_protocol({"junk": protocol_w}, PROTOCOL_Y, **args)
+        nystroem_protocol({(2, -1): protocol_w}, PROTOCOL_Y, **args)
 
 
 def _plain_nystroem(distances, y, m, lams, Cs, seeds, n_outer, n_inner):
@@ -293,7 +293,7 @@ def _plain_nystroem(distances, y, m, lams, Cs, seeds, n_outer, n_inner):
     from sklearn.svm import LinearSVC
 
     from mwsp_torch.evaluation import nested_folds
-    from mwsp_torch.nystroem_protocol import MAX_ITER, PoolFeatures, fold_landmarks, landmark_order
+    from mwsp_torch.evaluation.nystroem import MAX_ITER, PoolFeatures, fold_landmarks, landmark_order
 
     keys = sorted(distances)
     features = {key: PoolFeatures(distances[key], np.arange(len(y)), len(y), 1e-12) for key in keys}
@@ -324,7 +324,7 @@ def _plain_nystroem(distances, y, m, lams, Cs, seeds, n_outer, n_inner):
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_the_protocol_selects_what_every_fit_would_select_with_fewer_fits(n_jobs):
-    from mwsp_torch.nystroem_protocol import nystroem_protocol
+    from mwsp_torch.evaluation.nystroem import nystroem_protocol
 
     graphs = random_graphs(60, seed=21, max_nodes=10)
     y = np.array([int(g.num_nodes > 7) for g in graphs])  # learnable: weak C fall well below the best

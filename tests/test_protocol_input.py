@@ -219,24 +219,27 @@ def test_bad_grids_are_refused(protocol, name, values, message):
         protocol(**{name: values})
 
 
-# 4. nested keys are (d, k) pairs of integers >= 0; seeds are integers.
+# 4. nested keys are (d, k) pairs of integers >= 0, (d, k, beta) triples or names; seeds are integers.
 
 
 @pytest.mark.parametrize(
     "distances, shown",
     [
-        ({"d2k0": W}, "'d2k0'"),  # used to give the grid d=['d'], k=['2']
-        ({(1, 0): W, "a": W2}, "'a'"),  # used to fail in sorted() with a TypeError
+        ({"": W}, "''"),
+        ({(1, 0): W, 3: W2}, "3"),
         ({(2,): W}, r"\(2,\)"),
         ({(1, 0, 0): W}, r"\(1, 0, 0\)"),
         ({(2, -1): W}, r"\(2, -1\)"),
         ({(2.0, 0): W}, r"\(2\.0, 0\)"),
         ({(True, 0): W}, r"\(True, 0\)"),
     ],
-    ids=["string", "mixed", "short", "long", "negative", "float", "bool"],
+    ids=["empty-name", "number", "short", "long", "negative", "float", "bool"],
 )
 def test_nested_keys_must_be_d_k_pairs(distances, shown):
-    with pytest.raises(ValueError, match=rf"distances keys must be \(d, k\) pairs of integers >= 0, got {shown}$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"distances keys must be \(d, k\) pairs of integers >= 0, \(d, k, beta\) triples or names, got {shown}$",
+    ):
         nested(distances)
 
 

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-import mwsp_torch.evaluation as evaluation
+import mwsp_torch.evaluation.selection as selection
 from mwsp_torch import MWSP, nested_protocol, paper_protocol
-from mwsp_torch.selection_store import SelectionStore, _checksum
+from mwsp_torch.evaluation.store import SelectionStore, step_checksum
 
 from random_graphs import random_graphs
 
@@ -29,13 +29,13 @@ def problem():
 def counted(monkeypatch):
     """How many steps the selection computes (in this process: ``n_jobs=1``)."""
     calls = []
-    original = evaluation._inner_scores
+    original = selection.step_scores
 
-    def inner_scores(*args):
+    def step_scores(*args):
         calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(evaluation, "_inner_scores", inner_scores)
+    monkeypatch.setattr(selection, "step_scores", step_scores)
     return calls
 
 
@@ -84,7 +84,7 @@ def test_stored_scores_are_what_selects(problem, tmp_path):
         if entry["step"][0] == 0:
             last = entry["step"][1:] == [len(SETTINGS) - 1, len(LAMS) - 1]
             entry["scores"] = [0.0, 0.0, 1.0] if last else [0.0] * len(CS)
-            entry["sha"] = _checksum(entry["step"], np.array(entry["scores"]))
+            entry["sha"] = step_checksum(entry["step"], np.array(entry["scores"]))
     path.write_text("".join(json.dumps(e) + "\n" for e in entries))
     resumed = _nested(distances, y, checkpoint=tmp_path)
     d, k = SETTINGS[-1]

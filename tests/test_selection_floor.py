@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mwsp_torch.evaluation as evaluation
+import mwsp_torch.evaluation.protocols as protocols
 from mwsp_torch import MWSP, nested_protocol, paper_protocol
+from mwsp_torch.evaluation import KernelSVM, nested_folds, select, step_scores
+from mwsp_torch.evaluation.selection import leader_first
 
 from random_graphs import random_graphs
 
@@ -27,11 +29,11 @@ def _problem():
     return distances, y
 
 
-def _step(floor, solver="libsvm", key=(2, 0), lam=1e-1):
+def _step(floor, solver="libsvm", key=(2, 0), lam=1e-1, fits=False):
     distances, y = _problem()
-    _, train, _, splits = evaluation.nested_folds(y, seeds=(0,), n_outer=5, n_inner=5)[0]
-    kernels = evaluation._Kernels(distances, "svc", "flip", solver)
-    return evaluation._inner_scores(kernels, key, lam, CS, y, train, splits, floor)
+    _, train, _, splits = nested_folds(y, seeds=(0,), n_outer=5, n_inner=5)[0]
+    scores, made = step_scores(KernelSVM(distances, "svc", "flip", solver), key, lam, CS, y, train, splits, floor)
+    return (scores, made) if fits else scores
 
 
 @pytest.mark.parametrize("solver", ["libsvm", "path"])
@@ -46,35 +48,19 @@ def test_a_floor_keeps_the_full_scores_and_cuts_only_what_is_below_it(solver, fl
     assert np.all(kept[full >= floor])
 
 
-def test_a_floor_no_c_can_reach_ends_the_step_after_one_split(monkeypatch):
-    fits = []
-    original = evaluation._svc_accuracy
-
-    def counted(*args):
-        fits.append(args[-1])
-        return original(*args)
-
-    monkeypatch.setattr(evaluation, "_svc_accuracy", counted)
-    assert np.isnan(_step(1.5)).all()
-    assert fits == list(CS)  # the first split's fits, then nothing
+def test_a_floor_no_c_can_reach_ends_the_step_after_one_split():
+    scores, fits = _step(1.5, fits=True)
+    assert np.isnan(scores).all()
+    assert fits == len(CS)  # the first split's fits, then nothing
+    assert _step(None, fits=True)[1] == 5 * len(CS)
 
 
 def _fits_and_result(monkeypatch, protocol, floors: bool):
-    fits = []
-    original_fit, original_step = evaluation._svc_accuracy, evaluation._inner_scores
-
-    def fit(*args):
-        fits.append(1)
-        return original_fit(*args)
-
-    def step(*args):  # without floors: every C fitted on every split
-        return original_step(*args) if floors else original_step(*args[:7])
-
-    monkeypatch.setattr(evaluation, "_svc_accuracy", fit)
-    monkeypatch.setattr(evaluation, "_inner_scores", step)
+    # Without floors: the engine asked to make every fit.
+    monkeypatch.setattr(protocols, "select", functools.partial(select, floors=floors))
     result = protocol()
     monkeypatch.undo()
-    return len(fits), result
+    return result["svm_fits"], result
 
 
 @pytest.mark.parametrize("which", ["nested", "paper"])
@@ -116,7 +102,7 @@ def test_each_fold_starts_with_the_best_step_of_the_fold_before():
     scores = {(0, key, lam): np.array([0.5, np.nan]) for key in keys for lam in lams}
     scores[(0, "b", 2)] = np.array([np.nan, 0.75])
     todo = [step for step in todo if step not in scores]
-    made = list(evaluation._led_by_last_best(todo, scores))
+    made = list(leader_first(todo, scores))
     assert made[0] == (1, "b", 2)
     assert made[1:6] == [(1, key, lam) for key in keys for lam in lams if (key, lam) != ("b", 2)]
     assert made[6:] == [(2, key, lam) for key in keys for lam in lams]  # fold 1 not scored yet: grid order

@@ -4,15 +4,16 @@ a selection killed part way computes only the rest when started again.
 A step is one outer fold's inner cross-validation of one setting and ``lam`` (every ``C``);
 NCI1 over d 1..3 x k 0..2 has 540 a repetition, so ten repetitions are hours of work worth
 keeping. The steps of one call go to one file in the checkpoint directory, named by a
-fingerprint of everything that determines the scores (the protocol, every W, the labels,
-every fold and inner split, the grids, the SVM and its solver, and the code and
-scikit-learn version that compute them): the same call started again reads them, any other
-call never does. The file is JSON lines, one step a line with a checksum of its values,
-appended and flushed as each step finishes; a line cut short by a kill, or damaged, is
-recomputed with a warning. A score may be NaN: a ``C`` its fold could no longer select,
-cut short (``evaluation._inner_scores``). Floats are written as Python's ``repr``, which
-reads back to the same bits, so a resumed selection selects exactly what an uninterrupted
-one does. One process at a time works on a file (a lock refuses a second).
+fingerprint of everything that determines the scores (the protocol, every matrix, the
+labels, every fold and inner split, the grids, the SVM and its solver, the format of the
+scores (:data:`SCORE_FORMAT`) and the scikit-learn version that computes them): the same
+call started again reads them, any other call never does. The file is JSON lines, one step
+a line with a checksum of its values, appended and flushed as each step finishes; a line
+cut short by a kill, or damaged, is recomputed with a warning. A score may be NaN: a ``C``
+its fold could no longer select, cut short
+(:func:`~mwsp_torch.evaluation.selection.step_scores`). Floats are written as Python's
+``repr``, which reads back to the same bits, so a resumed selection selects exactly what an
+uninterrupted one does. One process at a time works on a file (a lock refuses a second).
 """
 
 from __future__ import annotations
@@ -34,18 +35,24 @@ try:  # POSIX: a lock on the file refuses a second process
 except ImportError:  # pragma: no cover - not POSIX: no lock
     fcntl = None
 
+__all__ = ["SCORE_FORMAT", "STORE_FORMAT", "SelectionStore", "open_store", "selection_fingerprint", "step_checksum"]
+
 #: The file layout; a new one starts new files rather than misreading old ones.
 STORE_FORMAT = 1
+#: The version of what a step's scores mean (how kernels are made, scored and cut): raised
+#: whenever a change would give other scores for the same inputs, so that older steps are
+#: never read. Not the code's text: a docstring edit changes nothing.
+SCORE_FORMAT = 2
 #: Rows of W hashed at a time: no ``[n, n]`` copy of a non-contiguous or memory-mapped W.
 _HASH_ROWS = 512
 
 
 def selection_fingerprint(
     protocol: str,
-    distances: Mapping,
+    inputs: Sequence,
     y: np.ndarray,
     folds: Sequence,
-    lams: Sequence[float],
+    params: Mapping,
     Cs: Sequence[float],
     options: Sequence[str],
 ) -> str:
@@ -53,23 +60,25 @@ def selection_fingerprint(
 
     Args:
         protocol (str): the protocol's name.
-        distances: ``{key: W}``, hashed in sorted key order.
+        inputs: ``[(key, kind, [matrices])]`` in grid order: each setting's key, what its
+            matrices are (``"distances"``, ``"kernel"``) and the matrices.
         y (np.ndarray): the labels.
         folds: ``(train, test, inner_splits)`` for each outer fold.
-        lams, Cs: the grids.
-        options: the SVM, its Krein treatment, its solver and the code computing the scores,
-            as strings.
+        params: ``{key: tuple}``, each setting's own grid.
+        Cs: the ``C`` grid.
+        options: the SVM, its Krein treatment and its solver, as strings.
     """
     import sklearn
 
     digest = hashlib.sha256()
-    head = (STORE_FORMAT, sklearn.__version__, protocol, [float(v) for v in lams], [float(v) for v in Cs])
+    head = (STORE_FORMAT, SCORE_FORMAT, sklearn.__version__, protocol, [float(v) for v in Cs])
     digest.update(repr((*head, list(options))).encode())
-    for key in sorted(distances):
-        w = distances[key]
-        digest.update(repr((key, w.shape)).encode())
-        for start in range(0, len(w), _HASH_ROWS):
-            digest.update(np.ascontiguousarray(w[start : start + _HASH_ROWS], dtype=np.float64).tobytes())
+    for key, kind, matrices in inputs:
+        digest.update(repr((key, kind, len(matrices), [repr(p) for p in params[key]])).encode())
+        for w in matrices:
+            digest.update(repr(w.shape).encode())
+            for start in range(0, len(w), _HASH_ROWS):
+                digest.update(np.ascontiguousarray(w[start : start + _HASH_ROWS], dtype=np.float64).tobytes())
     classes, index = np.unique(np.asarray(y), return_inverse=True)
     digest.update(repr([str(c) for c in classes]).encode())
     digest.update(np.ascontiguousarray(index, dtype=np.int64).tobytes())
@@ -81,7 +90,8 @@ def selection_fingerprint(
     return digest.hexdigest()
 
 
-def _checksum(step: Sequence[int], scores: np.ndarray) -> str:
+def step_checksum(step: Sequence[int], scores: np.ndarray) -> str:
+    """The checksum a stored step carries: a damaged line is recomputed, not read."""
     values = np.asarray(step, dtype=np.int64).tobytes() + np.asarray(scores, dtype=np.float64).tobytes()
     return hashlib.sha1(values).hexdigest()[:16]
 
@@ -131,7 +141,7 @@ class SelectionStore:
                 entry = json.loads(line)
                 step = tuple(int(v) for v in entry["step"])
                 scores = np.array(entry["scores"], dtype=np.float64)
-                good = entry["sha"] == _checksum(step, scores) and scores.shape == (self.num_scores,)
+                good = entry["sha"] == step_checksum(step, scores) and scores.shape == (self.num_scores,)
             except (ValueError, KeyError, TypeError) as err:
                 problem = f"unreadable ({err})"
             else:
@@ -146,7 +156,11 @@ class SelectionStore:
     def add(self, step: tuple[int, ...], scores: np.ndarray) -> None:
         """Append one finished step (flushed to disk before returning)."""
         scores = np.asarray(scores, dtype=np.float64)
-        entry = {"step": [int(v) for v in step], "scores": [float(v) for v in scores], "sha": _checksum(step, scores)}
+        entry = {
+            "step": [int(v) for v in step],
+            "scores": [float(v) for v in scores],
+            "sha": step_checksum(step, scores),
+        }
         self._handle.seek(0, os.SEEK_END)
         self._handle.write((json.dumps(entry) + "\n").encode())
         self._handle.flush()
@@ -163,11 +177,11 @@ class SelectionStore:
         self.close()
 
 
-def open_store(checkpoint, protocol: str, distances: Mapping, y, folds, lams, Cs, options):
+def open_store(checkpoint, protocol: str, inputs: Sequence, y, folds, params: Mapping, Cs, options):
     """A context holding the store of this selection in the directory ``checkpoint``, or
-    ``None`` without one."""
+    ``None`` without one (arguments as :func:`selection_fingerprint`'s)."""
     if checkpoint is None:
         return nullcontext(None)
     checkpoint_directory(checkpoint)  # refused before the hashing
-    fingerprint = selection_fingerprint(protocol, distances, y, folds, lams, Cs, options)
+    fingerprint = selection_fingerprint(protocol, inputs, y, folds, params, Cs, options)
     return SelectionStore(Path(checkpoint), fingerprint, len(Cs))

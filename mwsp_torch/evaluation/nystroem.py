@@ -14,8 +14,9 @@ Inside each fold:
   landmarks of all folds are a few more than ``m`` graphs (:func:`landmark_pool`: about
   ``m / 0.72`` for 10 x 5 folds); W from every graph to that pool is computed once per
   ``(d, k)`` (:func:`landmark_distances`) and each fold reads its landmarks' columns.
-- **Selection.** ``(d, k, lam, C)`` by the mean inner accuracy (first best in grid order,
-  as :func:`~mwsp_torch.evaluation.nested_protocol` does; ``m`` fixed per run) of
+- **Selection.** The nested protocol's engine (:func:`~mwsp_torch.evaluation.selection.select`:
+  the first best mean inner accuracy in grid order wins, fits that cannot win are skipped;
+  ``m`` fixed per run), with :class:`NystroemSVM` as its learner:
   scikit-learn's ``LinearSVC`` (squared hinge, L2, primal solver) on the features
   ``K(G, L) U S^(-1/2) U^T`` (:func:`~mwsp_torch.nystroem.nystroem_normalization`, small
   eigenvalues dropped); the outer fold is then fitted and scored once. An entry of the
@@ -27,22 +28,18 @@ Figures against the full kernel: ``benchmarks/nystroem_accuracy.py``.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
-from joblib import Parallel, delayed, parallel_config
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
-from tqdm.auto import tqdm
 
 from mwsp_torch._checks import is_integer
 from mwsp_torch.estimator import MWSP
-from mwsp_torch.evaluation import (
-    NESTED_INNER_FOLDS,
-    PAPER_CS,
-    PAPER_LAMS,
-    can_still_win,
+from mwsp_torch.evaluation.protocols import NESTED_INNER_FOLDS, PAPER_CS, PAPER_LAMS, nested_folds, ordered_settings
+from mwsp_torch.evaluation.results import majority_rate, repetition_summary, selected_setting
+from mwsp_torch.evaluation.selection import memory_mapped, select
+from mwsp_torch.evaluation.validation import (
     check_folds,
     check_grid,
     check_inner_folds,
@@ -50,14 +47,21 @@ from mwsp_torch.evaluation import (
     check_n_jobs,
     check_seeds,
     check_setting_keys,
-    majority_rate,
-    memory_mapped,
-    nested_folds,
-    repetition_summary,
-    selected_setting,
 )
 from mwsp_torch.nystroem import lam_scales, scale_features
 from mwsp_torch.transport import exact_distances
+
+__all__ = [
+    "MAX_ITER",
+    "NystroemSVM",
+    "PoolFeatures",
+    "check_lam_grid",
+    "fold_landmarks",
+    "landmark_distances",
+    "landmark_order",
+    "landmark_pool",
+    "nystroem_protocol",
+]
 
 #: Iterations of LinearSVC's primal solver (scikit-learn's default is 1000).
 MAX_ITER = 10000
@@ -125,9 +129,13 @@ class PoolFeatures:
     gives ``(features, dropped eigenvalues)``."""
 
     def __init__(self, distances: np.ndarray, pool: np.ndarray, n: int, eigen_tol: float) -> None:
-        self.distances, self.eigen_tol = distances, eigen_tol
+        self.distances, self.eigen_tol, self.pool, self.n = distances, eigen_tol, pool, n
         self.column = np.full(n, -1, dtype=np.int64)
         self.column[pool] = np.arange(len(pool))
+
+    def with_distances(self, distances: np.ndarray) -> PoolFeatures:
+        """The same features read from another copy of W (a memory-mapped one)."""
+        return PoolFeatures(distances, self.pool, self.n, self.eigen_tol)
 
     def __call__(self, rows: np.ndarray, landmarks: np.ndarray, lam) -> tuple[np.ndarray, int]:
         """``lam``: a scale or a tuple of them (features side by side, :func:`scale_features`)."""
@@ -154,51 +162,61 @@ def check_lam_grid(lams) -> tuple:
     return tuple(grid)
 
 
-def _accuracy(features, y, train, test, C: float, stats: dict) -> float:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        model = LinearSVC(C=C, dual=False, max_iter=MAX_ITER).fit(features[train], y[train])
-    stats["not_converged"] += sum(issubclass(w.category, ConvergenceWarning) for w in caught)
-    stats["fits"] += 1
-    return float(np.mean(model.predict(features[test]) == y[test]))
+class NystroemSVM:
+    """The Nystroem protocol's learner for :func:`~mwsp_torch.evaluation.selection.select`:
+    scikit-learn's ``LinearSVC`` on each setting's Nystroem features, whose landmarks come
+    from the training side of each split (:func:`fold_landmarks`, by the fold's seed).
+
+    Args:
+        features: ``{key: PoolFeatures}``.
+        folds: ``(seed, train, test, inner_splits)`` for each outer fold (:func:`nested_folds`).
+        n_components (int): landmarks per training set.
+        n (int): graphs in all.
+    """
+
+    fits_whole_grid = False
+
+    def __init__(self, features: dict, folds: Sequence, n_components: int, n: int) -> None:
+        self.features, self.folds, self.n_components, self.n = features, folds, n_components, n
+        # Each fold's landmarks, drawn once: every inner split's, then the outer fit's.
+        self.landmarks = []
+        for seed, train, _, splits in folds:
+            order = landmark_order(n, seed)
+            inner = [fold_landmarks(order, train[inner_train], n_components) for inner_train, _ in splits]
+            self.landmarks.append((inner, fold_landmarks(order, train, n_components)))
+
+    def inner(self, key, lam, train: np.ndarray, splits: list, fold: int = 0):
+        """``(features_fit, features_valid)`` of each inner split, landmarks from its inner
+        training graphs."""
+        for (inner_train, inner_valid), chosen in zip(splits, self.landmarks[fold][0], strict=True):
+            phi, _ = self.features[key](train, chosen, lam)
+            yield phi[inner_train], phi[inner_valid]
+
+    def accuracies(self, x_fit, y_fit, x_score, y_score, Cs) -> np.ndarray:
+        return np.array([np.mean(_linear_svm(x_fit, y_fit, C).predict(x_score) == y_score) for C in Cs])
+
+    def test(self, key, lam, C: float, y: np.ndarray, train: np.ndarray, test: np.ndarray, fold: int = 0):
+        """The outer fold's fit and score: ``(accuracy in percent, predictions, info)``, info
+        holding the fold's landmarks and the eigenvalues its normalisation dropped."""
+        chosen = self.landmarks[fold][1]
+        phi, dropped = self.features[key](np.concatenate([train, test]), chosen, lam)
+        predictions = _linear_svm(phi[: len(train)], y[train], C).predict(phi[len(train) :])
+        accuracy = 100.0 * float(np.mean(predictions == y[test]))
+        return accuracy, predictions, {"landmarks": chosen.tolist(), "dropped_eigenvalues": dropped}
+
+    @contextmanager
+    def shared(self, n_jobs: int):
+        """This learner reading each W from one memory-mapped file when more than one process works."""
+        distances = {key: features.distances for key, features in self.features.items()}
+        with memory_mapped(distances, n_jobs) as mapped:
+            features = {key: self.features[key].with_distances(np.asarray(mapped[key])) for key in self.features}
+            shared = NystroemSVM.__new__(NystroemSVM)
+            shared.__dict__.update(self.__dict__, features=features)
+            yield shared
 
 
-def _fold(features, keys, lams, Cs, y, n_components, seed, train, test, splits, leader):
-    """One outer fold: its inner selection of ``(setting, lam, C)``, then its fit and score.
-
-    Candidates are walked ``(setting, lam)`` by ``(setting, lam)``, starting with ``leader``
-    (the latest fold's winner), each ``C`` on every inner split in turn; a ``C`` that can no
-    longer reach the best mean found so far is not fitted further
-    (:func:`~mwsp_torch.evaluation.can_still_win`), so it is never selected and the first
-    best in grid order of the inner accuracies' sums wins, as with every fit made."""
-    stats = {"fits": 0, "not_converged": 0}
-    order = landmark_order(len(y), seed)
-    inner_landmarks = [fold_landmarks(order, train[inner_train], n_components) for inner_train, _ in splits]
-    sums = np.full((len(keys), len(lams), len(Cs)), -np.inf)  # -inf: cut, never the first best
-    floor = -np.inf
-    candidates = [(a, b) for a in range(len(keys)) for b in range(len(lams))]
-    if leader is not None:
-        candidates.sort(key=lambda candidate: candidate != leader)
-    for a, b in candidates:
-        totals = np.zeros(len(Cs))
-        alive = np.ones(len(Cs), dtype=bool)
-        for j, ((inner_train, inner_valid), chosen) in enumerate(zip(splits, inner_landmarks, strict=True)):
-            phi, _ = features[keys[a]](train, chosen, lams[b])
-            for c in np.flatnonzero(alive):
-                totals[c] += _accuracy(phi, y[train], inner_train, inner_valid, Cs[c], stats)
-            alive &= can_still_win(totals, len(splits) - j - 1, len(splits), floor)
-            if not alive.any():
-                break
-        sums[a, b, alive] = totals[alive]
-        if alive.any():
-            floor = max(floor, float(totals[alive].max()) / len(splits))
-    a, b, c = np.unravel_index(int(np.argmax(sums)), sums.shape)  # the first best, grid order
-    chosen = fold_landmarks(order, train, n_components)
-    rows = np.concatenate([train, test])
-    phi, fold_dropped = features[keys[a]](rows, chosen, lams[b])
-    positions = np.arange(len(rows))
-    accuracy = 100.0 * _accuracy(phi, y[rows], positions[: len(train)], positions[len(train) :], Cs[c], stats)
-    return accuracy, (int(a), int(b), int(c)), chosen, fold_dropped, stats
+def _linear_svm(features, y, C: float) -> LinearSVC:
+    return LinearSVC(C=C, dual=False, max_iter=MAX_ITER).fit(features, y)
 
 
 def nystroem_protocol(
@@ -269,50 +287,34 @@ def nystroem_protocol(
             raise ValueError(f"distances[{key!r}] has shape {np.shape(w)}, expected [n, p] = [{n}, {len(pool)}]")
         if not np.isfinite(w).all() or (np.asarray(w) < 0).any():
             raise ValueError(f"distances[{key!r}] must be finite and >= 0")
-    keys = sorted(distances)
+    keys = ordered_settings(distances)
     start = time.perf_counter()
     folds = nested_folds(y, seeds, n_outer, n_inner)
-    stats = {"fits": 0, "not_converged": 0}
-    accuracies, selected, landmarks, dropped = [], [], [], []
-    last_winner = []  # the latest finished fold's (setting, lam): the next folds start with it
-
-    def tasks():
-        for seed, train, test, splits in folds:
-            leader = last_winner[-1] if last_winner else None
-            yield delayed(_fold)(features, keys, lams, Cs, y, n_components, seed, train, test, splits, leader)
-
-    # The workers read each W from one memory-mapped file (evaluation.memory_mapped).
-    with memory_mapped(distances, n_jobs) as mapped, parallel_config(backend="loky", inner_max_num_threads=1):
-        features = {key: PoolFeatures(np.asarray(mapped[key]), pool, n, eigen_tol) for key in keys}
-        runner = Parallel(n_jobs=n_jobs, return_as="generator")
-        bar = tqdm(total=len(folds), desc="Nystroem nested CV", disable=None if progress is None else not progress)
-        with bar:
-            for (seed, _, _, _), (accuracy, (a, b, c), chosen, fold_dropped, fold_stats) in zip(
-                folds, runner(tasks()), strict=True
-            ):
-                accuracies.append(accuracy)
-                selected.append(selected_setting(seed, keys[a], lams[b], Cs[c]))
-                landmarks.append(chosen.tolist())
-                dropped.append(fold_dropped)
-                for name in stats:
-                    stats[name] += fold_stats[name]
-                last_winner.append((a, b))
-                bar.update()
+    features = {key: PoolFeatures(np.asarray(distances[key]), pool, n, eigen_tol) for key in keys}
+    learner = NystroemSVM(features, folds, n_components, n)
+    jobs = [(train, test, splits) for _, train, test, splits in folds]
+    selection = select(learner, keys, {key: lams for key in keys}, Cs, y, jobs, n_jobs, progress, "Nystroem nested CV")
+    outcomes = selection.folds
     return {
         "protocol": "nystroem-nested",
-        **repetition_summary(accuracies, n_outer),
-        "selected": selected,
+        **repetition_summary([fold.accuracy for fold in outcomes], n_outer),
+        "selected": [selected_setting(seed, *fold.choice) for (seed, *_), fold in zip(folds, outcomes, strict=True)],
+        "fold_predictions": [fold.predictions.tolist() for fold in outcomes],
         "majority_rate": majority_rate(y),
-        "grid": {"settings": [list(key) for key in keys], "lam": list(lams), "C": list(Cs)},
+        "grid": {
+            "settings": [list(key) if isinstance(key, tuple) else key for key in keys],
+            "lam": list(lams),
+            "C": list(Cs),
+        },
         "n_components": n_components,
         "pool_size": len(pool),
         "outer_folds": n_outer,
         "inner_folds": n_inner,
         "svm": f"LinearSVC(squared hinge, L2, dual=False, max_iter={MAX_ITER})",
         "seeds": list(seeds),
-        "landmarks": landmarks,
-        "dropped_eigenvalues": dropped,
-        "svm_fits": stats["fits"],
-        "svm_not_converged": stats["not_converged"],
+        "landmarks": [fold.info["landmarks"] for fold in outcomes],
+        "dropped_eigenvalues": [fold.info["dropped_eigenvalues"] for fold in outcomes],
+        "svm_fits": selection.fits,
+        "svm_not_converged": selection.not_converged,
         "selection_seconds": time.perf_counter() - start,
     }
