@@ -319,3 +319,20 @@ def test_dense_transport_refuses_bad_input():
         dense_exact_transport(costs, ptr_r, ptr_c, pairs, col_weights=np.zeros(2))
     with pytest.raises(ValueError, match="do not exist"):
         dense_exact_transport(costs, ptr_r, ptr_c, np.array([[0, 1]]))
+
+
+def test_templates_learn_towards_the_graphs():
+    # Gradient steps on the templates (points and weights) lower the W they are steps on,
+    # in float32 as a model would train.
+    x, batch = _batch((5, 8, 3), 4, 13, dtype=torch.float32)
+    torch.manual_seed(13)
+    pool = WassersteinPooling(4, 2, 3, learn_template_weights=True)
+    optimizer = torch.optim.SGD(pool.parameters(), lr=0.1)
+    first = None
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = pool(x, batch).mean()
+        loss.backward()
+        optimizer.step()
+        first = loss.item() if first is None else first
+    assert pool(x, batch).mean().item() < 0.95 * first
