@@ -186,8 +186,8 @@ class _TemplateDistances(torch.autograd.Function):
     def forward(ctx, x, node_weight, templates, template_weight, ptr, squared, n_jobs):
         num_graphs = len(ptr) - 1
         num_templates, size, width = templates.shape
-        points = x.detach().to("cpu", torch.float64)
-        template_points = templates.detach().to("cpu", torch.float64).reshape(num_templates * size, width)
+        points = x.detach().to("cpu", torch.float64, copy=True)  # kept for backward: not the caller's memory
+        template_points = templates.detach().to("cpu", torch.float64, copy=True).reshape(num_templates * size, width)
         costs = _ground_costs(points, template_points, squared)
         col_ptr = np.arange(0, num_templates * size + 1, size, dtype=np.int64)
         pairs = np.stack(np.meshgrid(np.arange(num_graphs), np.arange(num_templates), indexing="ij"), -1)
