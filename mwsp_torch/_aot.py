@@ -20,8 +20,10 @@ values. The extension:
   numba cache (so no stale cached function is linked in) and without the caller's
   ``NUMBA_*`` settings (so a key names one build), under a file lock that the child holds
   too (a build orphaned by a killed caller is not doubled), into ``$MWSP_KERNEL_DIR``
-  (default: ``kernels/`` in the cache directory, ``$MWSP_CACHE_DIR`` or
-  ``~/.cache/mwsp_torch``); it takes about a minute, once. The child runs in the folder
+  (default: one folder per user and machine, ``$XDG_CACHE_HOME/mwsp_torch/kernels/`` or
+  ``~/.cache/mwsp_torch/kernels/``, then a folder per Python and numba version; never the
+  ``$MWSP_CACHE_DIR`` of distance matrices and datasets, so a new cache folder builds
+  nothing); it takes about a minute, once per machine and version of the sources. The child runs in the folder
   that holds this package and refuses to build unless it imported this very package with
   the same key: run from a folder holding another copy of ``mwsp_torch`` (a worktree),
   ``-m`` would otherwise compile that copy's sources under this one's name;
@@ -113,13 +115,17 @@ def mode() -> str:
 
 
 def kernel_dir() -> Path:
-    """``$MWSP_KERNEL_DIR``, else ``kernels/`` in the cache directory."""
+    """``$MWSP_KERNEL_DIR``, else ``mwsp_torch/kernels/cpXY-numbaV/`` in the user's cache folder
+    (``$XDG_CACHE_HOME``, default ``~/.cache``): one per user and machine, whatever
+    ``$MWSP_CACHE_DIR`` is (the extension's name carries the rest of its key: :func:`build_key`)."""
     value = os.environ.get(KERNEL_DIR_ENV)
     if value:
         return Path(value).expanduser()
-    from mwsp_torch.datasets import resolve_cache_dir
+    from importlib.metadata import version
 
-    return resolve_cache_dir(None) / "kernels"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    versions = f"cp{sys.version_info.major}{sys.version_info.minor}-numba{version('numba')}"
+    return base / "mwsp_torch" / "kernels" / versions
 
 
 def build_key() -> str:
@@ -406,9 +412,16 @@ def _check_identity(path: Path, package: str) -> None:
 
 if __name__ == "__main__":
     # ``-m`` runs this file as ``__main__``, beside the package's own ``mwsp_torch._aot``,
-    # where the package's modules, all imported, have registered their entry points.
+    # where the modules that declare entry points (all among SOURCE_MODULES: ``entry`` refuses
+    # others), imported here by name, have registered them; so does ``import mwsp_torch``, and the
+    # build does not depend on what the package's ``__init__`` imports.
+    import importlib
+
     import mwsp_torch
     from mwsp_torch import _aot as registry
+
+    for _name in registry.SOURCE_MODULES:
+        importlib.import_module(f"mwsp_torch.{_name}")
 
     registry._check_identity(Path(sys.argv[1]), sys.argv[2])
     if not registry.ENTRIES:

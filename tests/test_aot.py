@@ -420,3 +420,45 @@ print(all(name.startswith(_aot.OWN_FUNCTION_PREFIX) for name in names) and len(n
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["4.0", "True"]
+
+
+def test_the_kernels_live_in_one_folder_per_user_and_machine_whatever_the_cache_folder(monkeypatch, tmp_path):
+    """Not under ``$MWSP_CACHE_DIR``: a new cache folder (a CI run, a project of its own) finds
+    the kernels built before; a folder per Python and numba version beside the key in the name."""
+    monkeypatch.delenv(_aot.KERNEL_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    paths = set()
+    for cache in ("one", "two"):
+        monkeypatch.setenv("MWSP_CACHE_DIR", str(tmp_path / cache))
+        paths.add(_aot.extension_path())
+    (path,) = paths
+    import numba
+
+    folder = f"cp{sys.version_info.major}{sys.version_info.minor}-numba{numba.__version__}"
+    assert path.parent == tmp_path / "user-cache" / "mwsp_torch" / "kernels" / folder
+    monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(tmp_path / "mine"))
+    assert _aot.extension_path().parent == tmp_path / "mine"
+
+
+def test_a_second_cache_folder_does_not_rebuild_the_kernels(fixture_root, tmp_path):
+    """Two fresh processes, each with a cache folder of its own and the default kernel folder:
+    the second builds nothing (the first builds only where this machine has no kernels yet)."""
+    script = f"""
+import sys
+from mwsp_torch import MWSP, _aot, load_tudataset
+graphs, _ = load_tudataset("MUTAG", root={str(fixture_root)!r})
+MWSP(d=2, k=0, n_jobs=1).fit(graphs[:10])
+path = _aot.extension_path()
+print("extension:", path, path.stat().st_mtime_ns)
+"""
+    env = {name: value for name, value in os.environ.items() if name != _aot.KERNEL_DIR_ENV}
+    env[_aot.KERNELS_ENV] = "aot"
+    seen = []
+    for cache in ("first", "second"):
+        env["MWSP_CACHE_DIR"] = str(tmp_path / cache)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen.append((done.stdout.split("extension:")[1].strip(), done.stderr))
+    assert seen[0][0] == seen[1][0]  # the same file, untouched (its modification time)
+    assert "compiling its CPU kernels" not in seen[1][1]
+    assert not (tmp_path / "second" / "kernels").exists()
