@@ -11,33 +11,79 @@ Examples::
 The data root is ``--root`` or ``$MWSP_DATA_ROOT``. Distance matrices are cached
 under ``--cache-dir`` (default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``),
 so a re-run or a larger grid only computes the settings it has not seen.
+
+The library (torch, PyG, numba, scikit-learn) is imported once the arguments are parsed
+(:func:`_load`), so that ``mwsp --help`` and a refused argument answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # imported at run time by _load()
+    import numpy as np
 
-from mwsp_torch.cache import cached_distances
-from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset, node_label_names
-from mwsp_torch.evaluation import (
-    NESTED_INNER_FOLDS,
-    SEED_RANGE,
-    check_folds,
-    check_inner_folds,
-    check_labels,
-    nested_protocol,
-    paper_protocol,
-    reported_std,
-)
-from mwsp_torch.transport import SINKHORN_BACKENDS
-from mwsp_torch.transport.engines import EXACT_ENGINES
+    from mwsp_torch.cache import cached_distances
+    from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset, node_label_names
+    from mwsp_torch.evaluation import (
+        NESTED_INNER_FOLDS,
+        SEED_RANGE,
+        check_folds,
+        check_inner_folds,
+        check_labels,
+        nested_protocol,
+        paper_protocol,
+        reported_std,
+    )
+
+#: The names this module uses from the library, imported on first use (:func:`_load`), so that
+#: building the parser imports none of torch, PyG or numba. Module attributes once loaded (a
+#: test may replace one, and the replacement is kept).
+_LAZY = {
+    "np": ("numpy", None),
+    "cached_distances": ("mwsp_torch.cache", "cached_distances"),
+    "CSL_SKIPS": ("mwsp_torch.datasets", "CSL_SKIPS"),
+    "default_labels": ("mwsp_torch.datasets", "default_labels"),
+    "load_dataset": ("mwsp_torch.datasets", "load_dataset"),
+    "node_label_names": ("mwsp_torch.datasets", "node_label_names"),
+    "NESTED_INNER_FOLDS": ("mwsp_torch.evaluation", "NESTED_INNER_FOLDS"),
+    "SEED_RANGE": ("mwsp_torch.evaluation", "SEED_RANGE"),
+    "check_folds": ("mwsp_torch.evaluation", "check_folds"),
+    "check_inner_folds": ("mwsp_torch.evaluation", "check_inner_folds"),
+    "check_labels": ("mwsp_torch.evaluation", "check_labels"),
+    "nested_protocol": ("mwsp_torch.evaluation", "nested_protocol"),
+    "paper_protocol": ("mwsp_torch.evaluation", "paper_protocol"),
+    "reported_std": ("mwsp_torch.evaluation", "reported_std"),
+}
+
+#: The choices of ``--sinkhorn-backend`` and ``--exact-engine``: ``transport.SINKHORN_BACKENDS``
+#: and ``transport.engines.EXACT_ENGINES``, written out so that the parser needs no import of
+#: the transport (a test checks that they are equal).
+SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
+EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
+
+
+def _load() -> None:
+    """Import what :data:`_LAZY` names into this module, where not there already."""
+    module_globals = globals()
+    for name, (module, attribute) in _LAZY.items():
+        if name not in module_globals:
+            loaded = importlib.import_module(module)
+            module_globals[name] = loaded if attribute is None else getattr(loaded, attribute)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _common(parser: argparse.ArgumentParser, many: bool) -> None:
@@ -222,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _explain(parser: argparse.ArgumentParser, args) -> int:
     """``mwsp explain``: fit on the two graphs alone (one pair of transport, whatever the
     dataset's size; W is the same as in the whole dataset's matrix), then print, draw, write."""
+    _load()
     from mwsp_torch.estimator import MWSP
     from mwsp_torch.explain import explain, plot_explanation
 
@@ -259,7 +306,8 @@ def _explain(parser: argparse.ArgumentParser, args) -> int:
     return 0
 
 
-def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> tuple[np.ndarray, dict]:
+def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> tuple:
+    _load()
     return cached_distances(
         graphs,
         args.dataset,
@@ -285,7 +333,8 @@ def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> 
 
 
 def _evaluate(args) -> dict:
-    graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
+    _load()
+    graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir, log=not args.quiet)
     # What the protocol would refuse only after every W is computed, refused before any.
     y = check_labels(y)
     check_folds(y, args.folds, "n_splits" if args.protocol == "paper" else "n_outer")
@@ -400,6 +449,7 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
     """What argparse's types cannot say, refused by the flag's name before any data is read
     (``cached_distances`` checks the same parameters again, by the estimator's names); then
     the defaults of the options left out."""
+    _load()
     for name, (default, owner, choice) in _DEPENDENT_OPTIONS.items():
         if not hasattr(args, name):  # an option of the other command
             continue
@@ -464,6 +514,7 @@ def _summary(result: dict) -> str:
     """What is printed: mean +- std and what the std is over (:func:`reported_std`) on the
     first line; then, where the result holds them, the spread of the folds' accuracies and
     the ceiling that the distances themselves put on any kernel's accuracy."""
+    _load()
     std, over = reported_std(result)
     folds = result["outer_folds"]
     if over == "repetitions":
@@ -507,6 +558,19 @@ def _close(client) -> None:
         cluster.close()
 
 
+def _interrupted(args) -> str:
+    """The line printed on Ctrl-C: how to resume, and what a re-run keeps."""
+    if args.checkpoint is not None:
+        return (
+            f"mwsp: interrupted; the finished work is kept in --checkpoint {args.checkpoint}: "
+            "run the same command again to resume where it stopped"
+        )
+    return (
+        "mwsp: interrupted; distance matrices already computed are cached, the one in progress is lost: "
+        "run the same command again to go on (add --checkpoint DIR to also keep finished tiles and selection steps)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
     # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet, for every
@@ -515,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYKEOPS_VERBOSE", "0")
     parser = build_parser()
     args = parser.parse_args(argv)
+    _load()
     if args.command == "explain":
         return _explain(parser, args)
     _check_args(parser, args)
@@ -525,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
 
             args.client = connect(scheduler=args.scheduler, n_workers=args.dask_workers)
         if args.command == "distances":
-            graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
+            graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir, log=not args.quiet)
             labels = args.labels or default_labels(args.dataset)
             if args.stream:
                 from mwsp_torch.distributed import stream_distances
@@ -546,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache, no scheduler
         print(f"mwsp: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept, not a traceback
+        print(_interrupted(args), file=sys.stderr)
+        return 130
     finally:
         _close(args.client)
     print(_summary(result))

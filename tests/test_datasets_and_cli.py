@@ -579,3 +579,60 @@ def test_cli_stream_refuses_the_extensions_it_does_not_compute(extra, tmp_path, 
     with pytest.raises(SystemExit):
         main([*argv, "--stream", *extra])
     assert "--stream writes label-only W: it does not take --edge-labels or --attributes yet" in capsys.readouterr().err
+
+
+def test_the_cli_parses_its_arguments_before_importing_the_library():
+    """``mwsp --help`` (and a refused argument) needs none of torch, PyG, numba or scikit-learn:
+    cli.py, loaded on its own, builds its parser and answers ``--help`` without importing them."""
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("cli_alone", {cli.__file__!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+for argv in (["--help"], ["evaluate", "--help"], ["distances", "--help"]):
+    try:
+        module.build_parser().parse_args(argv)
+    except SystemExit:
+        pass
+print(sorted(name for name in ("torch", "torch_geometric", "numba", "sklearn", "numpy") if name in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_clis_choices_are_the_librarys():
+    from mwsp_torch.transport.engines import EXACT_ENGINES
+
+    assert cli.SINKHORN_BACKENDS == transport.SINKHORN_BACKENDS
+    assert cli.EXACT_ENGINES == EXACT_ENGINES
+
+
+def test_quiet_silences_pygs_processing(fixture_root, tmp_path, monkeypatch, capfd):
+    """PyG prints ``Processing... Done!`` on a dataset's first load (not under pytest, which it
+    detects by ``PYTEST_CURRENT_TEST``): ``--quiet`` silences it, as it does the bars."""
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    argv = ["distances", "--dataset", "PTC_MR", "--root", str(fixture_root), "--d", "1", "--k", "0"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "a"), "--out", str(tmp_path / "a.npy"), "--quiet"]) == 0
+    assert "Processing" not in capfd.readouterr().err
+    assert main([*argv, "--cache-dir", str(tmp_path / "b"), "--out", str(tmp_path / "b.npy")]) == 0
+    assert "Processing..." in capfd.readouterr().err  # without --quiet, PyG's own lines
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_ctrl_c_ends_in_one_line_that_says_how_to_go_on(fixture_root, tmp_path, monkeypatch, capsys, checkpoint):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_distances", interrupted)
+    extra = ["--checkpoint", str(tmp_path / "ckpt")] if checkpoint else []
+    for command in (["evaluate", "--protocol", "paper"], ["distances", "--out", str(tmp_path / "w.npy")]):
+        argv = [*command, "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(tmp_path), "--quiet"]
+        assert main(argv + extra) == 130
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert err.startswith("mwsp: interrupted;") and "run the same command again" in err
+        if checkpoint:
+            assert f"--checkpoint {tmp_path / 'ckpt'}" in err and "resume" in err
+        else:
+            assert "add --checkpoint DIR" in err
