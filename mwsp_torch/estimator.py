@@ -397,9 +397,9 @@ class MWSP(TransformerMixin, BaseEstimator):
         if self.attributes is not None:
             graphs = as_graph_list(graphs)  # read twice: labels and structure, then attributes
         graph_set = to_graph_set(graphs, labels=self.labels, scheme=label_scheme, edge_scheme=edge_scheme)
-        with tqdm(total=graph_set.num_graphs, desc="trees", unit="graph", disable=not self.progress) as bar:
+        with ProgressBar(total=graph_set.num_graphs, desc="trees", unit="graph", disable=not self.progress) as bar:
             trees = tree_ids(graph_set, self.k, tree_vocab, frozen=tree_frozen, progress=bar.update)
-        with tqdm(total=graph_set.num_graphs, desc="paths", unit="graph", disable=not self.progress) as bar:
+        with ProgressBar(total=graph_set.num_graphs, desc="paths", unit="graph", disable=not self.progress) as bar:
             features = node_feature_maps(
                 graph_set, trees, self.d, self.paths, path_vocab, frozen=path_frozen, progress=bar.update
             )
@@ -509,7 +509,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         engine = self._engine(left.rows.shape[0])
         if stats is not None:
             stats["engine"] = engine
-        with tqdm(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
+        with ProgressBar(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
             if engine == "batched":
                 return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
             if engine == "thread":
@@ -878,6 +878,35 @@ class NodeRows:
     path_vocabs: tuple[Vocabulary, Vocabulary]
     attribute_columns: int = 0
     attribute_width: int = 0
+
+
+class ProgressBar(tqdm):
+    """A tqdm bar whose rate and time estimate start at its first step.
+
+    The first step of a fit's bars comes after work that is not the pace of the rest (the
+    engine's set-up before any pair is done; a first chunk of graphs done at once), and tqdm's
+    default reading of it (a rate and an estimate from that one step, then smoothed) showed
+    millions of graphs a second, or hours left, at the start. Here the first step shows no rate;
+    each later one the average pace since the first step (``smoothing=0``), and the estimate
+    from it.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("smoothing", 0)
+        super().__init__(*args, **kwargs)
+        self._first_step_done = False
+
+    def update(self, n: float = 1):
+        if self.disable or self._first_step_done:
+            return super().update(n)
+        self._first_step_done = True
+        self.n += n
+        # The pace is counted from here: tqdm's rate is (n - initial) / (now - start_t).
+        self.initial = self.n
+        self.start_t = self.last_print_t = self._time()
+        self.last_print_n = self.n
+        self.refresh()
+        return True
 
 
 #: Parameters that change neither W nor the fitted state: left out of the cache's keys.

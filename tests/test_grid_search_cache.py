@@ -6,6 +6,7 @@ worker's share of the cores."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 
@@ -164,3 +165,23 @@ def test_y_is_ignored_but_must_match_the_graphs(mutag):
     )
     with pytest.raises(ValueError, match="y has 9 labels for 10 graphs"):
         MWSP(n_jobs=1).fit(graphs[:10], y[:9])
+
+
+def test_progress_rates_and_estimates_start_at_the_first_step():
+    """A first step after slow set-up, or of many graphs at once, is not the pace of the rest."""
+    from mwsp_torch.estimator import ProgressBar
+
+    clock = [100.0]
+    bar = ProgressBar(total=10_000, disable=False, file=open(os.devnull, "w"), mininterval=0)
+    bar._time = lambda: clock[0]  # tqdm's clock
+    bar.start_t = bar.last_print_t = clock[0]
+    clock[0] = 160.0  # a minute of set-up, then 1,000 done at once
+    bar.update(1000)
+    assert bar.format_dict["rate"] is None and bar.format_dict["elapsed"] == 0  # no rate from one step
+    clock[0] = 170.0  # 900 more in 10 s: 90 a second
+    bar.update(900)
+    meter = bar.format_dict
+    assert meter["n"] - meter["initial"] == 900 and meter["elapsed"] == 10.0
+    line = ProgressBar.format_meter(**meter)
+    assert "90.00" in line and "01:30" in line, line  # 8,100 left at 90 a second: 90 s
+    bar.close()
