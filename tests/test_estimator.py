@@ -390,12 +390,12 @@ def test_paper_protocol_equals_the_authors_procedure_written_out(mutag, svm, kre
 def test_krein_fold_maps_test_rows_like_training_rows(mutag, mode):
     """The protocols' Krein kernels for one fold, against :func:`_spectral_map`: the training
     rows and the test rows take the training kernel's map (checked to move them)."""
-    from mwsp_torch.evaluation import _Kernels
+    from mwsp_torch.evaluation import KernelSVM
 
     graphs, _ = mutag
     w = MWSP(d=2, k=0).fit(graphs).distances_ ** 2  # exp(-lam W) itself is nearly PSD on MUTAG
     train, test, lam = np.arange(0, len(graphs), 3), np.arange(1, len(graphs), 3), 0.1
-    k_train, k_test = _Kernels({None: w}, "krein", mode).fold(None, lam, train, test)
+    k_train, k_test = KernelSVM({None: w}, "krein", mode).fold(None, lam, train, test)
     projector, values = _spectral_map(np.exp(-lam * w[np.ix_(train, train)]), mode)
     raw_train, raw_test = np.exp(-lam * w[np.ix_(train, train)]), np.exp(-lam * w[np.ix_(test, train)])
     assert values.min() < -0.01
@@ -409,7 +409,7 @@ def test_inner_split_kernels_ignore_the_graphs_they_validate_on(mutag, svm):
     """An inner split is treated as an outer fold is: its training kernel (Krein's projector
     included) comes from its training graphs alone, so distances among its validation graphs
     cannot change it, and the validation rows take that split's own map."""
-    from mwsp_torch.evaluation import _Kernels
+    from mwsp_torch.evaluation import KernelSVM
 
     graphs, _ = mutag
     w = MWSP(d=2, k=0).fit(graphs).distances_ ** 2  # exp(-lam W) itself is nearly PSD on MUTAG
@@ -418,13 +418,13 @@ def test_inner_split_kernels_ignore_the_graphs_they_validate_on(mutag, svm):
     moved = w.copy()
     valid = train[splits[0][1]]
     moved[np.ix_(valid, valid)] *= 3  # only distances among the first split's validation graphs
-    before = list(_Kernels({None: w}, svm, "flip").inner(None, lam, train, splits))
-    after = list(_Kernels({None: moved}, svm, "flip").inner(None, lam, train, splits))
+    before = list(KernelSVM({None: w}, svm, "flip").inner(None, lam, train, splits))
+    after = list(KernelSVM({None: moved}, svm, "flip").inner(None, lam, train, splits))
     np.testing.assert_array_equal(before[0][0], after[0][0])
     np.testing.assert_array_equal(before[0][1], after[0][1])
     assert np.abs(before[1][0] - after[1][0]).max() > 0.01  # the other split trains on those graphs
     for (a, b), (k_fit, k_valid) in zip(splits, before, strict=True):
-        expected = _Kernels({None: w}, svm, "flip").fold(None, lam, train[a], train[b])
+        expected = KernelSVM({None: w}, svm, "flip").fold(None, lam, train[a], train[b])
         np.testing.assert_array_equal(k_fit, expected[0])
         np.testing.assert_array_equal(k_valid, expected[1])
 
