@@ -119,6 +119,7 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
     parser.add_argument("--folds", default="0-9", help="outer folds, e.g. 0-9 or 0,2,4-5 (default 0-9)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--device", default="cpu", help="torch device to train on (cpu, cuda)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the selection runs; retrains take the next 3")
     parser.add_argument("--splits-dir", default=str(DEFAULT_SPLITS), help="Errica et al.'s data_splits folder")
     parser.add_argument("--folds-dir", default=str(RESULTS / "folds"), help="the project's seed-42 split files")
@@ -128,6 +129,8 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--force", action="store_true", help="recompute cells of another request")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     for option in ("max_epochs", "patience"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -168,7 +171,7 @@ def main(argv=None) -> list[str]:
 
         cell = run_gnn_cell(root, packed, y, splits.folds[f], f, method=method, dataset=name, profile=args.profile,
                             seed=args.seed, split_sha256=splits.sha256, force=args.force, on_training=tick,
-                            max_epochs=args.max_epochs, patience=args.patience)  # fmt: skip
+                            max_epochs=args.max_epochs, patience=args.patience, device=args.device)  # fmt: skip
         runs = ", ".join(f"{a:.1f}" for a in cell["test_accuracies"])
         done += trainings
         left = total - done

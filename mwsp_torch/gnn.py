@@ -458,7 +458,9 @@ class PackedGraphs:
     :class:`GraphBatch` with a handful of tensor operations whose cost grows with the batch,
     not the set; PyG's ``DataLoader`` instead rebuilds a ``Batch`` from a list of ``Data``
     at every step. The batch is exactly the one PyG would collate (same node order, edges
-    renumbered the same way).
+    renumbered the same way). Node inputs, edges and labels live on one device (:meth:`to`);
+    the bookkeeping of where each graph starts stays on the CPU, where the gathering indices
+    are computed.
 
     Args:
         x (Sequence[torch.Tensor]): per graph, ``[num_nodes, F]`` node inputs.
@@ -471,7 +473,7 @@ class PackedGraphs:
     """
 
     def __init__(self, x: Sequence[torch.Tensor], edge_index: Sequence[torch.Tensor], y) -> None:
-        y = torch.as_tensor(np.asarray(y), dtype=torch.long).reshape(-1)
+        y = (y.detach().cpu() if torch.is_tensor(y) else torch.as_tensor(np.asarray(y))).long().reshape(-1)
         if not (len(x) == len(edge_index) == len(y)):
             raise ValueError(f"{len(x)} node-input matrices, {len(edge_index)} edge lists and {len(y)} labels")
         if len(x) == 0:
@@ -487,8 +489,21 @@ class PackedGraphs:
         self.x = torch.cat([m.float() for m in x])
         self.node_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(nodes, 0)])
         self.edge_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(edges, 0)])
-        self.edge_index = torch.cat([e.long() for e in edge_index], dim=1)  # graph-local node ids
-        self.num_nodes, self.num_edges, self.y = nodes, edges, y
+        device = self.x.device
+        self.edge_index = torch.cat([e.long() for e in edge_index], dim=1).to(device)  # graph-local node ids
+        self.num_nodes, self.num_edges, self.y = nodes, edges, y.to(device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def to(self, device) -> PackedGraphs:
+        """The same graphs with node inputs, edges and labels on ``device`` (self where they are)."""
+        if torch.device(device) == self.device:
+            return self
+        out = copy.copy(self)
+        out.x, out.edge_index, out.y = self.x.to(device), self.edge_index.to(device), self.y.to(device)
+        return out
 
     @classmethod
     def from_data(cls, graphs: Sequence[Data], y=None) -> PackedGraphs:
@@ -503,17 +518,19 @@ class PackedGraphs:
     def pooled(self) -> PackedGraphs:
         """Each graph as one node carrying the sum of its node inputs, and no edges: what a
         model that reads only the sum (:class:`MolecularFingerprint`) sees, gathered once."""
-        graph_of_node = torch.repeat_interleave(torch.arange(len(self)), self.num_nodes)
+        graph_of_node = torch.repeat_interleave(torch.arange(len(self)), self.num_nodes).to(self.device)
         sums = _readout(self.x, graph_of_node, len(self), "sum")
-        return PackedGraphs(list(sums.unsqueeze(1)), [torch.zeros(2, 0, dtype=torch.long)] * len(self), self.y)
+        empty = torch.zeros(2, 0, dtype=torch.long, device=self.device)
+        return PackedGraphs(list(sums.unsqueeze(1)), [empty] * len(self), self.y)
 
     def subset(self, index) -> PackedGraphs:
         """The graphs ``index`` as a set of their own (for a fold's train, validation or test part)."""
         index = torch.as_tensor(np.asarray(index), dtype=torch.long).reshape(-1)
-        nodes = _concat_ranges(self.node_ptr[index], self.num_nodes[index])
-        edges = _concat_ranges(self.edge_ptr[index], self.num_edges[index])
+        nodes = _concat_ranges(self.node_ptr[index], self.num_nodes[index]).to(self.device)
+        edges = _concat_ranges(self.edge_ptr[index], self.num_edges[index]).to(self.device)
         out = PackedGraphs.__new__(PackedGraphs)
-        out.x, out.edge_index, out.y = self.x[nodes], self.edge_index[:, edges], self.y[index]
+        out.x, out.edge_index = self.x.index_select(0, nodes), self.edge_index.index_select(1, edges)
+        out.y = self.y.index_select(0, index.to(self.device))
         out.num_nodes, out.num_edges = self.num_nodes[index], self.num_edges[index]
         out.node_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(out.num_nodes, 0)])
         out.edge_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(out.num_edges, 0)])
@@ -521,16 +538,22 @@ class PackedGraphs:
 
     def batch(self, index: torch.Tensor | None = None) -> GraphBatch:
         """The graphs ``index`` (default: all, in order) as one :class:`GraphBatch`."""
-        if index is None:
-            index = torch.arange(len(self))
+        index = torch.arange(len(self)) if index is None else index.cpu()
         nodes_per_graph, edges_per_graph = self.num_nodes[index], self.num_edges[index]
         nodes = _concat_ranges(self.node_ptr[index], nodes_per_graph)
         edges = _concat_ranges(self.edge_ptr[index], edges_per_graph)
         # Graph-local ids plus where each graph starts in the batch, as PyG's collate does.
         starts = torch.cumsum(nodes_per_graph, 0) - nodes_per_graph
-        edge_index = self.edge_index.index_select(1, edges) + torch.repeat_interleave(starts, edges_per_graph)
+        shift = torch.repeat_interleave(starts, edges_per_graph)
         batch = torch.repeat_interleave(torch.arange(len(index)), nodes_per_graph)
-        return GraphBatch(self.x.index_select(0, nodes), edge_index, batch, len(index), self.y[index])
+        device = self.device
+        return GraphBatch(
+            self.x.index_select(0, nodes.to(device)),
+            self.edge_index.index_select(1, edges.to(device)) + shift.to(device),
+            batch.to(device),
+            len(index),
+            self.y.index_select(0, index.to(device)),
+        )
 
 
 def _readout(h: torch.Tensor, batch: torch.Tensor, num_graphs: int, aggregation: str) -> torch.Tensor:
@@ -723,6 +746,7 @@ def fit_classifier(
     patience: int = 500,
     monitor: str = "accuracy",
     seed: int = 0,
+    device=None,
     on_epoch: Callable[[int, dict], None] | None = None,
 ) -> dict:
     """Train as Errica et al. train: Adam on cross-entropy, ``StepLR``, ``Patience`` early stopping.
@@ -749,6 +773,8 @@ def fit_classifier(
         monitor (str): ``"accuracy"`` or ``"loss"``, what the stopper reads (default ``"accuracy"``).
         seed (int): seeds torch (dropout) and the order of the training graphs; the initial
             weights are drawn where the model is built (default ``0``).
+        device: torch device to train on; the model and both graph sets are moved there
+            (default None: where they are).
         on_epoch (callable, optional): called as ``on_epoch(epoch, info)`` after each epoch.
 
     Returns:
@@ -775,6 +801,9 @@ def fit_classifier(
     for name, value in (("batch_size", batch_size), ("max_epochs", max_epochs)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if device is not None:
+        model.to(device)
+        train, validation = train.to(device), validation.to(device)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     try:  # the fused kernel: one call a step instead of a few per parameter

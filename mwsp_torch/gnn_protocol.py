@@ -223,7 +223,7 @@ def build_model(method: str, setting: dict, in_dim: int, num_classes: int) -> to
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
 
-def _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed):
+def _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed, device):
     torch.manual_seed(seed)
     model = build_model(method, setting, in_dim, num_classes)
     if method == "baseline" and setting["model"] == "molecular_fingerprint":
@@ -232,7 +232,7 @@ def _train_one(method, setting, fixed, budget, in_dim, num_classes, train, valid
         model, train, validation, batch_size=setting["batch_size"], lr=setting.get("lr", fixed.get("lr")),
         weight_decay=setting.get("weight_decay", fixed.get("weight_decay", 0.0)), step_size=fixed["step_size"],
         gamma=fixed["gamma"], max_epochs=budget["max_epochs"], patience=budget["patience"],
-        monitor=setting["monitor"], seed=seed,
+        monitor=setting["monitor"], seed=seed, device=device,
     )  # fmt: skip
     return model, log
 
@@ -273,6 +273,7 @@ def run_gnn_fold(
     patience: int | None = None,
     seed: int = 0,
     split_sha256: str = "",
+    device=None,
     on_training: Callable[[str, dict], None] | None = None,
 ) -> dict:
     """Errica et al.'s assessment of ``method`` on one outer fold.
@@ -298,11 +299,12 @@ def run_gnn_fold(
         max_epochs, patience (int, optional): instead of the profile's.
         seed (int): seed of the selection runs; retrains use the next ones (default ``0``).
         split_sha256 (str): the split file's SHA-256, carried into the result (default ``""``).
+        device: torch device to train on (default None: the CPU, or where packed graphs are).
         on_training (callable, optional): called as ``on_training(what, log)`` after each
             training (for progress).
 
     Returns:
-        dict: ``method``, ``dataset``, ``profile``, ``grid``, ``fixed``, ``max_epochs``,
+        dict: ``device``, ``method``, ``dataset``, ``profile``, ``grid``, ``fixed``, ``max_epochs``,
         ``patience``, ``seed``, ``split_sha256``; ``settings`` (each with its
         ``validation_accuracy``, ``validation_loss``, ``best_epoch``, ``epochs``,
         ``seconds``); ``selected`` (the setting) and ``selected_index``; ``retrains`` (each
@@ -350,14 +352,16 @@ def run_gnn_fold(
     num_classes = int(y.max()) + 1
     in_dim = int(packed.x.shape[1])
     # The labels the training code sees: the test part's are never read before scoring.
+    device = torch.device(device) if device is not None else packed.device
     train, validation = packed.subset(train_idx), packed.subset(valid_idx)
     train.y, validation.y = torch.from_numpy(y[train_idx]), torch.from_numpy(y[valid_idx])
+    train, validation = train.to(device), validation.to(device)
     fixed = protocol["fixed"]
 
     start = time.perf_counter()
     scored = []
     for s, setting in enumerate(settings):
-        _, log = _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed)
+        _, log = _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed, device)
         scored.append({"setting": setting, **{k: log[k] for k in ("validation_accuracy", "validation_loss",
                                                                    "best_epoch", "epochs", "seconds")}})  # fmt: skip
         if on_training is not None:
@@ -368,9 +372,12 @@ def run_gnn_fold(
     start = time.perf_counter()
     test = packed.subset(test_idx)
     test.y = torch.from_numpy(y[test_idx])
+    test = test.to(device)
     retrains = []
     for r in range(1, RETRAINS + 1):
-        model, log = _train_one(method, settings[best], fixed, budget, in_dim, num_classes, train, validation, seed + r)
+        model, log = _train_one(
+            method, settings[best], fixed, budget, in_dim, num_classes, train, validation, seed + r, device
+        )
         part = test.pooled() if method == "baseline" and settings[best]["model"] == "molecular_fingerprint" else test
         accuracy, _, predicted = evaluate(model, part)
         kept = {k: log[k] for k in ("validation_accuracy", "best_epoch", "epochs", "seconds")}
@@ -379,6 +386,7 @@ def run_gnn_fold(
             on_training(f"retrain {r}/{RETRAINS}", log)
     tests = [r["test_accuracy"] for r in retrains]
     return {
+        "device": str(device),
         "method": method,
         "dataset": dataset,
         "profile": profile,
@@ -437,6 +445,7 @@ def run_gnn_cell(
     patience: int | None = None,
     seed: int = 0,
     split_sha256: str = "",
+    device=None,
     force: bool = False,
     on_training: Callable[[str, dict], None] | None = None,
 ) -> dict:
@@ -451,7 +460,8 @@ def run_gnn_cell(
     Args:
         root: the results folder (``experiments/results/raw/compare``, say).
         graphs, y, fold, method, dataset, profile, grid, max_epochs, patience, seed,
-            split_sha256, on_training: as :func:`run_gnn_fold`.
+            split_sha256, device, on_training: as :func:`run_gnn_fold` (the device is kept in
+            the cell but is not part of its request: a cell computed on a GPU serves a CPU run).
         fold_index (int): the fold's number in its split file (the cell's name).
         force (bool): recompute and overwrite a cell of any request (default ``False``).
 
@@ -491,7 +501,7 @@ def run_gnn_cell(
     result = run_gnn_fold(
         graphs, y, fold, method=method, dataset=dataset, profile=profile, grid=request["grid"],
         max_epochs=request["max_epochs"], patience=request["patience"], seed=seed, split_sha256=split_sha256,
-        on_training=on_training,
+        device=device, on_training=on_training,
     )  # fmt: skip
     cell = {"request": request, "fold": int(fold_index), **result}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ from mwsp_torch.gnn_protocol import (
     run_gnn_fold,
 )
 
-from conftest import make_data
+from conftest import DEVICES, make_data
 
 TINY_GIN = {"batch_size": [8], "hidden_units": [[8, 8], [8]], "train_eps": [True], "aggregation": ["sum"],
             "dropout": [0.0], "monitor": ["accuracy"]}  # fmt: skip
@@ -321,3 +321,20 @@ def test_runner_writes_one_cell_per_fold_and_resumes(tmp_path, fixture_root, cac
     stamps = [c.stat().st_mtime_ns for c in cells]
     assert errica_gnn.main(argv) == lines
     assert [c.stat().st_mtime_ns for c in cells] == stamps
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fold_runs_on_each_device(device):
+    """The protocol on the CPU always and on CUDA where there is one: the stored predictions
+    give the stored test accuracies, and on the CPU the result is the default-device run's."""
+    graphs, y = _toy(36, seed=1)
+    fold = _fold(36)
+    out = run_gnn_fold(graphs, y, fold, method="gin", grid=TINY_GIN, max_epochs=5, device=device)
+    assert out["device"].startswith(device)
+    for retrain in out["retrains"]:
+        predicted = np.array(retrain["test_predictions"])
+        assert retrain["test_accuracy"] == pytest.approx(100 * np.mean(predicted == y[fold["test"]]))
+    if device == "cpu":
+        default = run_gnn_fold(graphs, y, fold, method="gin", grid=TINY_GIN, max_epochs=5)
+        assert default["test_accuracies"] == out["test_accuracies"]
+        assert [s["validation_loss"] for s in default["settings"]] == [s["validation_loss"] for s in out["settings"]]
