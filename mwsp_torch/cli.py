@@ -239,6 +239,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="write tiles straight into --out (memory-mapped) so that n x n values are never held in memory; "
         "exact compiled engine only, no cache or checkpoint",
     )
+    cmp = sub.add_parser(
+        "compare",
+        help="graph kernels against GNNs on one dataset's outer folds: table, paired tests, figure",
+        description="MWSP, WL and SP kernels (nested protocol) and GIN and Errica et al.'s baseline (their "
+        "protocol) on the same split file; one resumable cell per method (and fold); writes OUT.csv, OUT.md, OUT.png",
+    )
+    cmp.add_argument("--dataset", required=True, help="TU dataset name")
+    cmp.add_argument("--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT)")
+    cmp.add_argument(
+        "--splits",
+        default=None,
+        help="a split file (Errica et al.'s data_splits format or the project's); default: Errica et al.'s for "
+        "their datasets ($MWSP_ERRICA_SPLITS), else one drawn by --seed",
+    )
+    cmp.add_argument("--seed", type=int, default=42, help="seed of a drawn split file (default 42)")
+    cmp.add_argument(
+        "--methods",
+        nargs="+",
+        default=["mwsp", "wl", "sp", "gin", "baseline"],
+        choices=("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline"),
+        help="methods (default: mwsp wl sp gin baseline; mwsp_attributes where nodes carry attributes)",
+    )
+    cmp.add_argument(
+        "--profile",
+        default="cpu",
+        choices=("cpu", "cpu-1000", "errica"),
+        help="the GNNs' grid and budget: cpu (a fixed subset, epochs capped; default), cpu-1000, errica (theirs)",
+    )
+    cmp.add_argument("--folds", type=int, nargs="+", default=None, help="GNN folds to compute now (default all)")
+    cmp.add_argument("--raw-dir", default="compare-results", help="the cells' folder (default compare-results)")
+    cmp.add_argument("--out", default=None, help="the report's path without suffix (default RAW_DIR/NAME/comparison)")
+    cmp.add_argument("--n-jobs", type=int, default=-1, help="processes for the kernels (default -1: every core)")
+    cmp.add_argument("--force", action="store_true", help="recompute cells computed under another request")
+    cmp.add_argument("--quiet", action="store_true", help="no progress bars")
     ex = sub.add_parser(
         "explain", help="the optimal node-to-node plan behind W between two graphs of a dataset, as text and a PNG"
     )
@@ -571,6 +605,25 @@ def _interrupted(args) -> str:
     )
 
 
+def _compare(args) -> int:
+    """``mwsp compare``: :func:`mwsp_torch.compare.compare`, then the table on stdout."""
+    from mwsp_torch.compare import compare
+
+    try:
+        result = compare(args.dataset, root=args.raw_dir, out=args.out, methods=args.methods, data_root=args.root,
+                         splits=args.splits, seed=args.seed, profile=args.profile, folds=args.folds,
+                         n_jobs=args.n_jobs, progress=not args.quiet, force=args.force)  # fmt: skip
+    except (ValueError, OSError) as err:
+        print(f"mwsp: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mwsp: interrupted; finished cells are kept: run the same command again to go on", file=sys.stderr)
+        return 130
+    print(result["paths"]["md"].read_text(), end="")
+    print(json.dumps({name: str(path) for name, path in result["paths"].items()}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
     # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet, for every
@@ -582,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     _load()
     if args.command == "explain":
         return _explain(parser, args)
+    if args.command == "compare":
+        return _compare(args)
     _check_args(parser, args)
     args.client = None
     try:

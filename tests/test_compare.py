@@ -103,6 +103,21 @@ def test_a_comparison_writes_its_table_resumes_and_refuses_another_request(mutag
     assert {fold["selected"]["kernel"] for fold in cell["folds"]} <= {"wl-h1", "wl-h2"}
 
 
+def test_the_command_line_writes_the_report(mutag, tmp_path, capsys):
+    from mwsp_torch.cli import main
+
+    _, _, _, _, folds = mutag
+    argv = ["compare", "--dataset", "MUTAG", "--root", str(DATA), "--splits", str(folds), "--methods", "sp", "wl",
+            "--raw-dir", str(tmp_path), "--n-jobs", "1", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| MUTAG | sp |" in printed and "| MUTAG | wl |" in printed
+    assert (tmp_path / "MUTAG" / "comparison.png").is_file()
+    assert main(["compare", "--dataset", "MUTAG", "--root", str(DATA), "--methods", "mwsp_attributes",
+                 "--raw-dir", str(tmp_path)]) == 2  # fmt: skip
+    assert "has no node attributes" in capsys.readouterr().err
+
+
 def test_bad_methods_and_missing_attributes_are_refused(tmp_path):
     with pytest.raises(ValueError, match="methods must be among"):
         compare("MUTAG", data_root=DATA, root=tmp_path, methods=("gcn",))

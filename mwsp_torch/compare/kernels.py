@@ -138,6 +138,12 @@ def kernel_settings(method: str, graphs, dataset: str, labels: str, grid: Kernel
     return settings, seconds
 
 
+def _searched(method: str, grid: KernelGrid) -> dict:
+    """The part of ``grid`` that ``method`` searches (a cell's request)."""
+    names = {"mwsp": ("mwsp", "lams", "Cs"), "mwsp_attributes": ("mwsp", "betas", "lams", "Cs"), "wl": ("wl_h", "Cs")}
+    return {name: value for name, value in asdict(grid).items() if name in names.get(method, ("Cs",))}
+
+
 def kernel_cell_path(root, dataset: str, method: str) -> Path:
     """``root/DATASET/METHOD/all-folds.json``: one nested protocol selects every fold at once."""
     return Path(root) / dataset / method / "all-folds.json"
@@ -178,7 +184,7 @@ def run_kernel_cell(
                 "dataset": dataset,
                 "method": method,
                 "labels": labels,
-                "grid": asdict(grid) if method.startswith("mwsp") else {"wl_h": grid.wl_h, "Cs": grid.Cs},
+                "grid": _searched(method, grid),
                 "seed": int(seed),
                 "split_sha256": splits.sha256,
             }
@@ -225,6 +231,7 @@ def run_kernel_cell(
         "accuracy_mean": float(np.mean(accuracies)),
         "accuracy_std": float(np.std(accuracies)),
         "majority_rate": result["majority_rate"],
+        "grid_text": grid.describe(method),
         "seconds_kernel": kernel_seconds,
         "seconds_selection": time.perf_counter() - start,
         "split_sha256": splits.sha256,

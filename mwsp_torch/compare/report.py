@@ -52,7 +52,11 @@ def method_row(root, dataset: str, method: str, num_folds: int) -> dict | None:
                 cell = json.loads(path.read_text())
                 accuracies[f] = cell["accuracy"]
                 seconds += cell["seconds_selection"] + cell["seconds_retrain"]
-                grid = {"grid": cell["grid"], "max_epochs": cell["max_epochs"], "patience": cell["patience"]}
+                grid = (
+                    " x ".join(f"{name} in {values}" for name, values in cell["grid"].items())
+                    + f"; up to {cell['max_epochs']} epochs, patience {cell['patience']}; best of the hold-out "
+                    "retrained 3 times"
+                )
                 split = cell["split_sha256"]
     done = [a for a in accuracies if a is not None]
     if not done:
@@ -68,7 +72,7 @@ def method_row(root, dataset: str, method: str, num_folds: int) -> dict | None:
         "fold_accuracies": accuracies,
         "seconds": seconds,
         "published": None if published is None else f"{published[0]:.1f} +- {published[1]:.1f}",
-        "grid": json.dumps(grid),
+        "grid": grid,
         "split_sha256": split,
     }
 
@@ -124,7 +128,7 @@ def write_report(rows: list[dict], tests: list[dict], out: str | Path, figure: b
         lines.append(
             f"| {row['dataset']} | {row['method']} | {row['accuracy_mean']:.1f} +- {row['accuracy_std']:.1f} | "
             f"{row['folds_done']}/{row['folds']} | {row['published'] or ''} | {row['seconds']:.0f} | "
-            f"`{row['grid']}` |"
+            f"{row['grid']} |"
         )
     lines += [
         "",
