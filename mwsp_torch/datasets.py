@@ -290,9 +290,9 @@ def load_tudataset(
             _end_lines(staging)
             staging.rename(target)
         dataset = (TUDataset if log else _quiet_tudataset())(str(cache_root), name)
-    # A graph sliced from a PyG dataset shares the dataset's storage, and pickles all of it (188
-    # MUTAG graphs: 63 MB, where 0.76 MB is theirs): a clone holds its own tensors only, so the
-    # graphs travel to a search's worker processes at their own size.
+    # A graph sliced from a PyG dataset shares the dataset's storage, and pickles all of it: a
+    # clone holds its own tensors only, so the graphs travel to a search's worker processes at
+    # their own size (benchmarks/README.md).
     graphs = [dataset[i].clone() for i in range(len(dataset))]
     sizes = np.array([g.num_nodes for g in graphs])
     offsets = np.concatenate([[0], np.cumsum(sizes)])
