@@ -267,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("cpu", "cpu-1000", "errica"),
         help="the GNNs' grid and budget: cpu (a fixed subset, epochs capped; default), cpu-1000, errica (theirs)",
     )
+    cmp.add_argument("--d", type=int, nargs="+", default=[1, 2, 3], help="MWSP's path lengths (default 1 2 3)")
+    cmp.add_argument("--k", type=int, nargs="+", default=[0, 1, 2], help="MWSP's tree scales (default 0 1 2)")
+    cmp.add_argument(
+        "--beta", type=float, nargs="+", default=[0.3, 1.0, 3.0], help="mwsp_attributes' weights (default 0.3 1 3)"
+    )
+    cmp.add_argument(
+        "--attributes-k", type=int, nargs="+", default=None, help="mwsp_attributes' tree scales (default: --k)"
+    )
+    cmp.add_argument("--wl-h", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="WL's iterations (default 1..5)")
     cmp.add_argument("--folds", type=int, nargs="+", default=None, help="GNN folds to compute now (default all)")
     cmp.add_argument("--raw-dir", default="compare-results", help="the cells' folder (default compare-results)")
     cmp.add_argument("--out", default=None, help="the report's path without suffix (default RAW_DIR/NAME/comparison)")
@@ -607,11 +616,14 @@ def _interrupted(args) -> str:
 
 def _compare(args) -> int:
     """``mwsp compare``: :func:`mwsp_torch.compare.compare`, then the table on stdout."""
-    from mwsp_torch.compare import compare
+    from mwsp_torch.compare import KernelGrid, compare
 
+    settings = tuple((d, k) for d in args.d for k in args.k)
+    attributed = tuple((d, k) for d in args.d for k in (args.attributes_k or args.k))
+    grid = KernelGrid(mwsp=settings, attributes=attributed, betas=tuple(args.beta), wl_h=tuple(args.wl_h))
     try:
         result = compare(args.dataset, root=args.raw_dir, out=args.out, methods=args.methods, data_root=args.root,
-                         splits=args.splits, seed=args.seed, profile=args.profile, folds=args.folds,
+                         splits=args.splits, seed=args.seed, profile=args.profile, grid=grid, folds=args.folds,
                          n_jobs=args.n_jobs, progress=not args.quiet, force=args.force)  # fmt: skip
     except (ValueError, OSError) as err:
         print(f"mwsp: error: {err}", file=sys.stderr)

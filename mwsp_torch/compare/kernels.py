@@ -41,14 +41,21 @@ CELL_FORMAT = 1
 
 @dataclass(frozen=True)
 class KernelGrid:
-    """The kernel methods' grids: MWSP's ``(d, k)`` settings and attribute weights, WL's
-    iterations, and the ``lam`` and ``C`` every method searches (the paper's by default)."""
+    """The kernel methods' grids: MWSP's ``(d, k)`` settings (``mwsp``; ``attributes`` for
+    ``mwsp_attributes``, default the same) and attribute weights, WL's iterations, and the
+    ``lam`` and ``C`` every method searches (the paper's by default)."""
 
     mwsp: tuple = tuple((d, k) for d in (1, 2, 3) for k in (0, 1, 2))
+    attributes: tuple | None = None
     betas: tuple = (0.3, 1.0, 3.0)
     wl_h: tuple = (1, 2, 3, 4, 5)
     lams: tuple = PAPER_LAMS
     Cs: tuple = PAPER_CS
+
+    @property
+    def attribute_settings(self) -> tuple:
+        """The ``(d, k)`` settings of ``mwsp_attributes``."""
+        return self.mwsp if self.attributes is None else self.attributes
 
     def describe(self, method: str) -> str:
         """What ``method`` searched, in words (a table's ``grid`` column)."""
@@ -57,6 +64,7 @@ class KernelGrid:
         if method == "mwsp":
             return f"(d,k) in {settings} x lam in {list(self.lams)} x {cs}; labels only"
         if method == "mwsp_attributes":
+            settings = " ".join(f"({d},{k})" for d, k in self.attribute_settings)
             return f"(d,k) in {settings} x beta in {list(self.betas)} x lam in {list(self.lams)} x {cs}; attributes"
         if method == "wl":
             return f"h in {list(self.wl_h)} x {cs}; GraKeL WL subtree, normalised, labels only"
@@ -120,7 +128,7 @@ def kernel_settings(method: str, graphs, dataset: str, labels: str, grid: Kernel
     settings, seconds = {}, 0.0
     if method in ("mwsp", "mwsp_attributes"):
         betas = grid.betas if method == "mwsp_attributes" else (None,)
-        for d, k in grid.mwsp:
+        for d, k in grid.attribute_settings if method == "mwsp_attributes" else grid.mwsp:
             for beta in betas:
                 extra = {} if beta is None else {"attributes": "node", "beta": beta}
                 w, timings = cached_distances(
@@ -140,8 +148,11 @@ def kernel_settings(method: str, graphs, dataset: str, labels: str, grid: Kernel
 
 def _searched(method: str, grid: KernelGrid) -> dict:
     """The part of ``grid`` that ``method`` searches (a cell's request)."""
-    names = {"mwsp": ("mwsp", "lams", "Cs"), "mwsp_attributes": ("mwsp", "betas", "lams", "Cs"), "wl": ("wl_h", "Cs")}
-    return {name: value for name, value in asdict(grid).items() if name in names.get(method, ("Cs",))}
+    names = {"mwsp": ("mwsp", "lams", "Cs"), "mwsp_attributes": ("betas", "lams", "Cs"), "wl": ("wl_h", "Cs")}
+    searched = {name: value for name, value in asdict(grid).items() if name in names.get(method, ("Cs",))}
+    if method == "mwsp_attributes":
+        searched["settings"] = grid.attribute_settings
+    return searched
 
 
 def kernel_cell_path(root, dataset: str, method: str) -> Path:
