@@ -91,6 +91,7 @@ def test_a_comparison_writes_its_table_resumes_and_refuses_another_request(mutag
         assert path.is_file() and path.stat().st_size > 0
     table = first["paths"]["md"].read_text()
     assert "| MUTAG | mwsp |" in table and "Wilcoxon" in table
+    assert "(d,k) in (1,0) (2,0) x lam in [0.1, 1.0]" in table  # the grid each row searched, in words
     best = max(first["rows"], key=lambda row: row["accuracy_mean"])["method"]
     assert {(t["a"], t["b"]) for t in first["tests"]} >= {(best, "baseline")}
     stamp = kernel_cell_path(tmp_path, "MUTAG", "mwsp").stat().st_mtime_ns

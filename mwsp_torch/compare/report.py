@@ -42,7 +42,7 @@ def method_row(root, dataset: str, method: str, num_folds: int) -> dict | None:
             accuracies[fold["fold"]] = fold["accuracy"]
         seconds, grid, split = (
             cell["seconds_kernel"] + cell["seconds_selection"],
-            cell["request"]["grid"],
+            cell["grid_text"],
             cell["split_sha256"],
         )
     else:
