@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # imported at run time by _load()
         check_inner_folds,
         check_labels,
         nested_protocol,
-        paper_protocol,
+        paper_pick,
         reported_std,
     )
 
@@ -59,7 +59,7 @@ _LAZY = {
     "check_inner_folds": ("mwsp_torch.evaluation", "check_inner_folds"),
     "check_labels": ("mwsp_torch.evaluation", "check_labels"),
     "nested_protocol": ("mwsp_torch.evaluation", "nested_protocol"),
-    "paper_protocol": ("mwsp_torch.evaluation", "paper_protocol"),
+    "paper_pick": ("mwsp_torch.evaluation", "paper_pick"),
     "reported_std": ("mwsp_torch.evaluation", "reported_std"),
 }
 
@@ -398,22 +398,18 @@ def _evaluate(args) -> dict:
     start = time.perf_counter()
     progress = not args.quiet
     if args.protocol == "paper":
-        runs = {
-            key: paper_protocol(
-                w,
-                y,
-                seed=42 if args.seed is None else args.seed,
-                svm=args.svm,
-                krein=args.krein,
-                progress=progress,
-                n_jobs=args.n_jobs,
-                n_splits=args.folds,
-                svm_solver=args.svm_solver,
-                checkpoint=args.checkpoint,
-            )
-            for key, w in distances.items()
-        }
-        best = max(settings, key=lambda key: runs[key]["accuracy_mean"])  # the paper's (optimistic) choice
+        best, runs = paper_pick(  # the paper's (optimistic) choice of (d, k): by test accuracy
+            distances,
+            y,
+            seed=42 if args.seed is None else args.seed,
+            svm=args.svm,
+            krein=args.krein,
+            progress=progress,
+            n_jobs=args.n_jobs,
+            n_splits=args.folds,
+            svm_solver=args.svm_solver,
+            checkpoint=args.checkpoint,
+        )
         result = dict(runs[best])
         result["d"], result["k"] = best[:2]
         names = ("d", "k", "beta")
