@@ -1,4 +1,5 @@
-"""A deliberately naive implementation of SPEC sections 2-4 and 7 (edge labels, attributes), for tests only.
+"""A deliberately naive implementation of docs/definition.md, sections 2-4 and 7 (edge labels,
+attributes), for tests only.
 
 Trees are nested tuples, every shortest path is enumerated one by one, rows
 stay un-collapsed and W comes from ``ot.emd2`` on ``cdist`` costs. Slow and

@@ -1,4 +1,4 @@
-"""Explanations (``mwsp_torch.explain``, SPEC section 7): the node plan is optimal (its
+"""Explanations (``mwsp_torch.explain``, docs/definition.md, section 7): the node plan is optimal (its
 marginals, its cost equal to the exact W), deterministic, decoded correctly, drawn; an SVM's
 decision splits into its support vectors' terms."""
 

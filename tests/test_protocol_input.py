@@ -1,4 +1,5 @@
-"""The protocols refuse bad y, W, grids, keys and seeds with a ValueError that names the problem (SPEC section 5)."""
+"""The protocols refuse bad y, W, grids, keys and seeds with a ValueError that names the problem
+(docs/definition.md, section 5)."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Golden values from the paper's worked example (SPEC section 6, paper Figs. 2-4)."""
+"""Golden values from the paper's worked example (docs/definition.md, section 6, paper Figs. 2-4)."""
 
 import numpy as np
 import torch
