@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from mwsp_torch.graphs import compact_graphs
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock, parallel first runs may race
@@ -293,7 +295,7 @@ def load_tudataset(
     # A graph sliced from a PyG dataset shares the dataset's storage, and pickles all of it: a
     # clone holds its own tensors only, so the graphs travel to a search's worker processes at
     # their own size (benchmarks/README.md).
-    graphs = [dataset[i].clone() for i in range(len(dataset))]
+    graphs = compact_graphs(dataset)
     sizes = np.array([g.num_nodes for g in graphs])
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     if labels is not None:  # as many rows as nodes: checked above

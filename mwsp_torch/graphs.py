@@ -258,6 +258,31 @@ def as_graph_list(graphs) -> Sequence:
     raise ValueError(f"expected a list of torch_geometric Data or a PyG dataset, got {type(graphs).__name__}")
 
 
+def compact_graphs(graphs) -> list[Data]:
+    """The graphs as a list of ``Data`` that each hold their own tensors (clones).
+
+    An item of a PyG dataset (``dataset[i]``, ``list(dataset)``) is a view of the dataset's
+    storage, and pickling it writes all of that storage; so does pickling a dataset whose items
+    were read before (it keeps them). Where graphs travel to other processes (a
+    ``GridSearchCV(..., n_jobs=2)`` sends them with every task), clones travel at their own
+    size. :func:`mwsp_torch.datasets.load_tudataset` returns them so already.
+
+    Args:
+        graphs: a list of PyG ``Data`` or a PyG dataset.
+
+    Returns:
+        A new list of cloned ``Data``, in the same order.
+
+    Example:
+        >>> from torch_geometric.data import Data
+        >>> import torch
+        >>> graphs = compact_graphs([Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)])
+        >>> graphs[0].num_nodes
+        2
+    """
+    return [data.clone() for data in as_graph_list(graphs)]
+
+
 def _check_graph(data, index: int) -> None:
     """One item of the list: a plain ``Data`` (a ``Batch`` would be read as one graph)."""
     if isinstance(data, Batch):

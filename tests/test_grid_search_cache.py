@@ -185,3 +185,19 @@ def test_progress_rates_and_estimates_start_at_the_first_step():
     line = ProgressBar.format_meter(**meter)
     assert "90.00" in line and "01:30" in line, line  # 8,100 left at 90 a second: 90 s
     bar.close()
+
+
+def test_graphs_of_a_pyg_dataset_pickle_compactly_once_compacted(fixture_root, tmp_path):
+    """``list(dataset)`` pickles the dataset's whole storage with each graph; compact_graphs not."""
+    import shutil
+
+    from torch_geometric.datasets import TUDataset
+
+    from mwsp_torch.graphs import compact_graphs
+
+    shutil.copytree(fixture_root / "MUTAG" / "raw", tmp_path / "MUTAG" / "raw")
+    dataset = TUDataset(str(tmp_path), "MUTAG")
+    views, compact = list(dataset), compact_graphs(dataset)
+    assert len(pickle.dumps(compact)) * 20 < len(pickle.dumps(views))
+    w = MWSP(n_jobs=1).fit(compact[:20]).distances_
+    np.testing.assert_array_equal(w, MWSP(n_jobs=1).fit(views[:20]).distances_)
