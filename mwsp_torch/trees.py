@@ -184,6 +184,16 @@ class TreeIDs(BaseTransform):
 
     Raises:
         ValueError: for a ``k`` or ``labels`` outside those (as :class:`mwsp_torch.MWSP`).
+
+    Examples:
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> from mwsp_torch import TreeIDs
+        >>> path = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), num_nodes=3,
+        ...             node_label=torch.tensor([0, 0, 0]))
+        >>> ids = TreeIDs(k=1)(path).tree_ids  # the two ends share their depth-1 tree, the middle differs
+        >>> bool(ids[0, 1] == ids[2, 1]), bool(ids[0, 1] == ids[1, 1])
+        (True, False)
     """
 
     def __init__(self, k: int = 1, labels: str = "auto") -> None:
