@@ -704,7 +704,10 @@ class MWSP(TransformerMixin, BaseEstimator):
             return None
         if not (isinstance(graphs, (list, tuple)) or (hasattr(graphs, "__getitem__") and hasattr(graphs, "__len__"))):
             return None  # an iterator: read once, by the fit itself
-        digest = _graphs_digest(graphs)
+        try:
+            digest = _graphs_digest(graphs)
+        except Exception:  # a field no digest can read (a quantized tensor, ...): the fit names what is wrong
+            return None
         if digest is None:
             return None
         params = {name: value for name, value in self.get_params(deep=False).items() if name not in _NOT_IN_KEY}
