@@ -9,6 +9,9 @@ project's seed-42 file, :mod:`mwsp_torch.splits`), and every row carries its SHA
 - **Kernels** (``mwsp``, ``mwsp_attributes``, ``wl``, ``sp``, :mod:`~mwsp_torch.compare.kernels`):
   the nested protocol on the same outer folds, ``(setting, lam, C)`` chosen by inner 5-fold
   cross-validation of the outer training part (train and validation together).
+- **Fusion** (``fusion``, :mod:`~mwsp_torch.compare.fusion`): MWSP's kernel fused with a fixed
+  GIN's cross-fitted class probabilities, ``(a, d, k, lam, gamma, C)`` chosen by the kernels'
+  inner folds, each inner split with probabilities no label it scores has shaped.
 - **Tests** (:mod:`~mwsp_torch.compare.stats`): the best kernel against the best GNN, and
   the best method against each other, paired over the folds.
 
@@ -26,11 +29,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from mwsp_torch.compare.fusion import FusionGrid, run_fusion_cell
 from mwsp_torch.compare.kernels import KERNEL_METHODS, KernelGrid, run_kernel_cell
 from mwsp_torch.compare.report import ERRICA_PUBLISHED, best_pairs, method_row, paired_rows, write_report
 from mwsp_torch.compare.stats import paired_test
@@ -38,8 +43,10 @@ from mwsp_torch.compare.stats import paired_test
 __all__ = [
     "DEFAULT_METHODS",
     "ERRICA_PUBLISHED",
+    "FUSION_METHODS",
     "KERNEL_METHODS",
     "METHODS",
+    "FusionGrid",
     "KernelGrid",
     "compare",
     "comparison_data",
@@ -47,7 +54,8 @@ __all__ = [
 ]
 
 GNN_METHODS = ("gin", "baseline")
-METHODS = KERNEL_METHODS + GNN_METHODS
+FUSION_METHODS = ("fusion",)
+METHODS = KERNEL_METHODS + GNN_METHODS + FUSION_METHODS
 DEFAULT_METHODS = ("mwsp", "wl", "sp", "gin", "baseline")
 
 
@@ -99,6 +107,7 @@ def compare(
     seed: int = 42,
     profile: str = "cpu",
     grid: KernelGrid | None = None,
+    fusion: FusionGrid | None = None,
     folds: Sequence[int] | None = None,
     max_epochs: int | None = None,
     patience: int | None = None,
@@ -120,8 +129,10 @@ def compare(
             :func:`comparison_data`.
         seed (int): draws the project's split file where there is none (default ``42``).
         profile (str): the GNNs' grid and budget (:data:`mwsp_torch.gnn_protocol.PROFILES`).
-        grid (KernelGrid, optional): the kernels' grids.
-        folds: the GNN folds to compute now (default all; the kernels always run all).
+        grid (KernelGrid, optional): the kernels' grids (``fusion``'s ``(d, k)``, ``lam``, ``C`` too).
+        fusion (FusionGrid, optional): ``fusion``'s ``a``, ``gamma`` and GIN (its budget:
+            ``max_epochs`` and ``patience`` where given, else the profile's).
+        folds: the GNN folds to compute now (default all; the kernels and fusion always run all).
         max_epochs, patience (int, optional): the GNNs' budget instead of the profile's
             (recorded in their cells).
         n_jobs (int): processes for the kernels' selection and W.
@@ -149,6 +160,14 @@ def compare(
         if method in KERNEL_METHODS:
             run_kernel_cell(root, method, graphs, y, outer, dataset=dataset, labels=labels, grid=grid,
                             n_jobs=n_jobs, progress=progress, force=force)  # fmt: skip
+            continue
+        if method == "fusion":
+            chosen = fusion or FusionGrid()
+            if max_epochs is not None or patience is not None:
+                chosen = replace(chosen, max_epochs=max_epochs or chosen.max_epochs,
+                                 patience=patience or chosen.patience)  # fmt: skip
+            run_fusion_cell(root, graphs, y, outer, dataset=dataset, labels=labels, grid=grid, fusion=chosen,
+                            profile=profile, n_jobs=n_jobs, progress=progress, force=force)  # fmt: skip
             continue
         if packed is None:
             packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)

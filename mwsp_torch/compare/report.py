@@ -33,8 +33,8 @@ def method_row(root, dataset: str, method: str, num_folds: int) -> dict | None:
 
     accuracies = [None] * num_folds
     seconds, grid, split = 0.0, None, None
-    if method in KERNEL_METHODS:
-        path = kernel_cell_path(root, dataset, method)
+    if method in KERNEL_METHODS or method == "fusion":
+        path = kernel_cell_path(root, dataset, method)  # fusion's result cell has the same path and format
         if not path.is_file():
             return None
         cell = json.loads(path.read_text())
@@ -90,18 +90,23 @@ def paired_rows(rows: list[dict], n_train: float, n_test: float, pairs: list[tup
 
 
 def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
-    """The pairs a table tests: the best kernel against the best GNN, and every other method
-    against the best of all (rows with every fold only)."""
+    """The pairs a table tests: the best kernel against the best GNN, ``fusion`` against the
+    better of its parents (``mwsp``, ``gin``), and every other method against the best of all
+    (rows with every fold only)."""
     whole = [row for row in rows if row["folds_done"] == row["folds"]]
     if len(whole) < 2:
         return []
     kernels = [r for r in whole if r["method"] in KERNEL_METHODS]
-    others = [r for r in whole if r["method"] not in KERNEL_METHODS]
+    others = [r for r in whole if r["method"] not in KERNEL_METHODS and r["method"] != "fusion"]
     pairs = []
     if kernels and others:
         pairs.append((max(kernels, key=_mean)["method"], max(others, key=_mean)["method"]))
+    parents = [r for r in whole if r["method"] in ("mwsp", "gin")]
+    if parents and any(r["method"] == "fusion" for r in whole):
+        pairs.append(("fusion", max(parents, key=_mean)["method"]))
     best = max(whole, key=_mean)["method"]
-    pairs += [(best, r["method"]) for r in whole if r["method"] != best and (best, r["method"]) not in pairs]
+    tested = {frozenset(pair) for pair in pairs}
+    pairs += [(best, r["method"]) for r in whole if r["method"] != best and frozenset((best, r["method"])) not in tested]
     return pairs
 
 
