@@ -106,7 +106,9 @@ def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
         pairs.append(("fusion", max(parents, key=_mean)["method"]))
     best = max(whole, key=_mean)["method"]
     tested = {frozenset(pair) for pair in pairs}
-    pairs += [(best, r["method"]) for r in whole if r["method"] != best and frozenset((best, r["method"])) not in tested]
+    for row in whole:
+        if row["method"] != best and frozenset((best, row["method"])) not in tested:
+            pairs.append((best, row["method"]))
     return pairs
 
 
