@@ -285,3 +285,12 @@ def test_paper_protocol_refuses_classes_too_small_for_its_five_inner_folds():
     y[:5] = 1  # 5 graphs of class 1: a training fold keeps 4 of them, fewer than 5 inner folds need
     with pytest.raises(ValueError, match="paper protocol's 5 inner folds need every class to keep 5 graphs"):
         paper_protocol(w, y, n_splits=5, **GRID)
+
+
+def test_graphs_in_place_of_w_say_to_compute_w_first():
+    from mwsp_torch import make_csl
+
+    graphs, y = make_csl(graphs_per_class=10)
+    for call in (lambda: paper_protocol(graphs, y), lambda: nested({(2, 0): graphs}, y=y)):
+        with pytest.raises(ValueError, match=r"got 100 graphs: compute W first, MWSP\(d=\.\.\., k=\.\.\.\)\.fit"):
+            call()

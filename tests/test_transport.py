@@ -791,7 +791,8 @@ def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
     interpreter, in a subprocess (``TRITON_INTERPRET`` must be set before Triton is
     imported): equal to the torch loop and to geomloss to 1e-9, widths below and above
     powers of 2, an empty support, the debiasing terms subtracted in the kernel; float32
-    (opt-in) near float64. Triton is a test dependency, so CI runs this."""
+    (opt-in) near float64. CI installs Triton (the gpu extra), so CI runs this."""
+    pytest.importorskip("triton", reason="needs the triton package: pip install -e '.[test,gpu]' (CI does)")
     script = Path(__file__).parent / "triton_interpreted.py"
     env = {**os.environ, "TRITON_INTERPRET": "1", "KEOPS_VERBOSE": "0"}
     run = subprocess.run(
@@ -809,6 +810,7 @@ def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
 def test_triton_sinkhorn_on_cuda(mutag):
     """The compiled Triton kernels on a GPU: the torch loop's (and geomloss's) value to 1e-9 in
     float64, the opt-in float32 near it; pairs in the caller's order, whatever their tile shape."""
+    pytest.importorskip("triton", reason="needs the triton package: pip install -e '.[test,gpu]' (CI does)")
     from mwsp_torch.transport import sinkhorn_distances
 
     support = MWSP(d=3, k=1).fit(mutag[0][:60]).support_

@@ -259,6 +259,11 @@ def check_distances(distances, n: int, name: str) -> np.ndarray:
     A W asymmetric within the tolerance is returned as ``(W + W^T) / 2`` (a copy), so that
     every kernel built from it is symmetric: the Krein treatment refuses any other.
     """
+    if _holds_graphs(distances):
+        raise ValueError(
+            f"{name} must be W, an [n, n] matrix of distances, got {len(distances)} graphs: compute W first, "
+            "MWSP(d=..., k=...).fit(graphs).distances_, and pass that"
+        )
     w = as_numpy(distances)
     if w.dtype.kind not in "iuf":
         raise ValueError(f"{name} must be a matrix of real numbers, got dtype {w.dtype}")
@@ -300,6 +305,17 @@ def check_distances(distances, n: int, name: str) -> np.ndarray:
         w = np.asarray(w, dtype=np.float64)
         w = (w + w.T) / 2
     return w
+
+
+def _holds_graphs(values) -> bool:
+    """Graphs (PyG ``Data``, a list of them or a dataset) where a matrix was expected."""
+    if isinstance(values, (np.ndarray, torch.Tensor)) or not hasattr(values, "__len__") or len(values) == 0:
+        return False
+    try:
+        first = values[0]
+    except (TypeError, KeyError, IndexError):
+        return False
+    return hasattr(first, "edge_index")
 
 
 def check_kernel(kernel, n: int, name: str) -> np.ndarray:
