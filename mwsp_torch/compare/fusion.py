@@ -51,9 +51,11 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from mwsp_torch.compare.kernels import KernelGrid, kernel_settings
 from mwsp_torch.evaluation import KernelSVM, check_outer_folds, majority_rate, memory_mapped, nested_folds, select
+from mwsp_torch.evaluation.selection import progress_disabled
 from mwsp_torch.kernel import laplacian_kernel
 
 __all__ = [
@@ -341,7 +343,8 @@ def run_fusion_cell(
     num_classes = len(np.unique(y))
     packed = None
     outer, inner, gin_seconds = [], [], 0.0
-    for f, (_, train, test, inner_splits) in enumerate(folds):
+    bar = tqdm(folds, desc=f"{dataset} fusion GINs", unit="fold", disable=progress_disabled(progress))
+    for f, (_, train, test, inner_splits) in enumerate(bar):
         cell_path = probability_cell_path(root, dataset, f)
         fold_request = json.loads(json.dumps({**base, "fold": f}))
         if cell_path.is_file() and not force:
