@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from numba import njit
+from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
 from mwsp_torch import _aot
@@ -30,6 +31,11 @@ from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
+
+__all__ = ["UNSEEN", "TreeIDs", "tree_ids"]
+
+#: The index a fitted :class:`TreeIDs` gives a tree without one of its own.
+UNSEEN = 0
 
 
 @njit(cache=True, nogil=True)
@@ -164,26 +170,42 @@ def tree_ids(
     return out
 
 
+@functional_transform("tree_ids")
 class TreeIDs(BaseTransform):
-    """Writes canonical tree IDs onto each ``Data`` as ``tree_ids`` ``[num_nodes, k + 1]``.
+    """Writes canonical tree IDs onto each ``Data``, ``[num_nodes, k + 1]`` (``data.tree_ids``).
 
-    The transform owns one vocabulary, so IDs agree across every graph it
-    sees (two nodes share ``tree_ids[:, s]`` iff their depth-``s`` trees are
-    isomorphic); it grows as new trees appear.
+    **Unfitted**, the transform owns one vocabulary, so IDs agree across every graph it sees
+    (two nodes share ``tree_ids[:, s]`` iff their depth-``s`` trees are isomorphic); it grows
+    as new trees appear. This is what a kernel or an analysis of one dataset wants.
 
-    That vocabulary lives in one process: a copy in another process would give
-    one ID to different trees. So the transform runs in the main process only,
-    and refuses to run in a ``DataLoader`` worker (``num_workers > 0``); use
-    ``num_workers=0``, give it to the dataset as ``pre_transform``, or apply it
-    once to the list of graphs before the loader.
+    **Fitted** (:meth:`fit` on training graphs), it writes embedding indices for a GNN
+    instead: a tree seen at scale ``s`` in ``fit`` maps to ``1 + its rank`` among that scale's
+    trees, every other tree to :data:`UNSEEN` (0), so no graph outside the training set shapes
+    what an embedding learns; :attr:`sizes_` gives each scale's table size. With
+    ``min_graphs > 1``, a tree at scale 1 or deeper that fewer training graphs hold maps to
+    :data:`UNSEEN` too, so that row is trained on the kind of node a new tree is. Scale 0 (the
+    labels) keeps every label seen. Only :meth:`fit` changes the mapping.
+
+    The vocabulary lives in one process: a copy in another process would give one ID to
+    different trees. So the transform runs in the main process only, and refuses to run in a
+    ``DataLoader`` worker (``num_workers > 0``); use ``num_workers=0``, give it to the dataset
+    as ``pre_transform``, or apply it once to the list of graphs before the loader.
 
     Args:
         k (int): deepest scale, an integer >= 0 (default ``1``).
         labels (str): label policy, ``"auto"``, ``"degree"`` or ``"uniform"``
             (default ``"auto"``).
+        min_graphs (int): fitted mode: training graphs a tree at scale ``>= 1`` must appear in
+            to get an index of its own (default ``1``: every tree seen).
+        attr_name (str): the attribute written (default ``"tree_ids"``).
+
+    Attributes:
+        sizes_ (list[int]): fitted: per scale, the embedding rows (seen trees + 1).
+        known_ (list[np.ndarray]): fitted: per scale, the sorted tree IDs that have an index.
 
     Raises:
-        ValueError: for a ``k`` or ``labels`` outside those (as :class:`mwsp_torch.MWSP`).
+        ValueError: for a ``k``, ``labels`` or ``min_graphs`` outside those (as
+            :class:`mwsp_torch.MWSP`).
 
     Examples:
         >>> import torch
@@ -191,24 +213,36 @@ class TreeIDs(BaseTransform):
         >>> from mwsp_torch import TreeIDs
         >>> path = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), num_nodes=3,
         ...             node_label=torch.tensor([0, 0, 0]))
-        >>> ids = TreeIDs(k=1)(path).tree_ids  # the two ends share their depth-1 tree, the middle differs
+        >>> ids = TreeIDs(k=1)(path.clone()).tree_ids  # the two ends share their depth-1 tree, the middle differs
         >>> bool(ids[0, 1] == ids[2, 1]), bool(ids[0, 1] == ids[1, 1])
         (True, False)
+        >>> star = Data(edge_index=torch.tensor([[0, 1, 0, 2, 0, 3], [1, 0, 2, 0, 3, 0]]), num_nodes=4,
+        ...             node_label=torch.tensor([0, 0, 0, 0]))
+        >>> fitted = TreeIDs(k=1).fit([path])  # a GNN's input: indices fitted on training graphs
+        >>> fitted.sizes_, fitted(star.clone()).tree_ids[:, 1].tolist()  # the hub unseen; leaves = the path's ends
+        ([2, 3], [0, 1, 1, 1])
     """
 
-    def __init__(self, k: int = 1, labels: str = "auto") -> None:
+    def __init__(self, k: int = 1, labels: str = "auto", *, min_graphs: int = 1, attr_name: str = "tree_ids") -> None:
         if not is_integer(k) or k < 0:
             raise ValueError(f"k must be an integer >= 0, got {k!r}")
         if not isinstance(labels, str) or labels not in LABEL_POLICIES:
             raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {labels!r}")
+        if not is_integer(min_graphs) or min_graphs < 1:
+            raise ValueError(f"min_graphs must be an integer >= 1, got {min_graphs!r}")
+        if not isinstance(attr_name, str) or not attr_name:
+            raise ValueError(f"attr_name must be a non-empty string, got {attr_name!r}")
         self.k = k
         self.labels = labels
+        self.min_graphs = int(min_graphs)
+        self.attr_name = attr_name
         self.vocab = Vocabulary()
         self.label_scheme = LabelScheme()
         self.graphs_seen = 0  # names a refused graph: as pre_transform, its index in the dataset
 
-    def forward(self, data):
-        """Adds ``data.tree_ids``.
+    def raw_ids(self, data) -> np.ndarray:
+        """``[num_nodes, k + 1]`` canonical tree IDs of one graph in this transform's vocabulary
+        (new trees get new IDs), written nowhere.
 
         Raises:
             RuntimeError: in a ``DataLoader`` worker process (see the class docstring).
@@ -230,8 +264,45 @@ class TreeIDs(BaseTransform):
         except ValueError as err:  # to_graph_set saw a list of one, so it says "graph 0"
             message = str(err).removeprefix("graph 0: ")
             raise ValueError(f"graph {seen} given to this TreeIDs (counting from 0): {message}") from None
-        data.tree_ids = torch.from_numpy(tree_ids(graph_set, self.k, self.vocab))
+        return tree_ids(graph_set, self.k, self.vocab)
+
+    def fit(self, graphs) -> TreeIDs:
+        """Learn each scale's trees from ``graphs`` (the training graphs only): from then on the
+        transform writes embedding indices. A refit starts anew, vocabulary included."""
+        self.vocab, self.label_scheme, self.graphs_seen = Vocabulary(), LabelScheme(), 0
+        ids = [self.raw_ids(data) for data in graphs]
+        known = []
+        for s in range(self.k + 1):
+            # Each graph's distinct trees, so that the counts are of graphs, not nodes.
+            per_graph = [np.unique(g[:, s]) for g in ids]
+            trees, holding = np.unique(
+                np.concatenate(per_graph) if per_graph else np.zeros(0, dtype=np.int64), return_counts=True
+            )
+            known.append(trees if s == 0 else trees[holding >= self.min_graphs])
+        self.known_ = known
+        self.sizes_ = [len(trees) + 1 for trees in known]
+        return self
+
+    def indices(self, raw: np.ndarray) -> np.ndarray:
+        """Fitted: the embedding indices of raw tree IDs (:meth:`raw_ids`), :data:`UNSEEN` for
+        a tree without one."""
+        if not hasattr(self, "known_"):
+            raise ValueError("this TreeIDs is not fitted: call fit(training graphs) first")
+        index = np.zeros_like(raw)
+        for s, trees in enumerate(self.known_):
+            rank = np.searchsorted(trees, raw[:, s])
+            hit = rank < len(trees)
+            hit[hit] = trees[rank[hit]] == raw[hit, s]
+            index[hit, s] = rank[hit] + 1
+        return index
+
+    def forward(self, data):
+        """Adds ``data[attr_name]``: raw tree IDs, or fitted, embedding indices."""
+        raw = self.raw_ids(data)
+        data[self.attr_name] = torch.from_numpy(self.indices(raw) if hasattr(self, "known_") else raw)
         return data
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(k={self.k}, labels={self.labels!r})"
+        extra = "" if self.min_graphs == 1 else f", min_graphs={self.min_graphs}"
+        extra += "" if self.attr_name == "tree_ids" else f", attr_name={self.attr_name!r}"
+        return f"{self.__class__.__name__}(k={self.k}, labels={self.labels!r}{extra})"
