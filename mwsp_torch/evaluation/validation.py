@@ -259,20 +259,7 @@ def check_distances(distances, n: int, name: str) -> np.ndarray:
     A W asymmetric within the tolerance is returned as ``(W + W^T) / 2`` (a copy), so that
     every kernel built from it is symmetric: the Krein treatment refuses any other.
     """
-    if _holds_graphs(distances):
-        raise ValueError(
-            f"{name} must be W, an [n, n] matrix of distances, got {len(distances)} graphs: compute W first, "
-            "MWSP(d=..., k=...).fit(graphs).distances_, and pass that"
-        )
-    w = as_numpy(distances)
-    if w.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be a matrix of real numbers, got dtype {w.dtype}")
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"{name} must be a square [n, n] matrix, got shape {tuple(int(s) for s in w.shape)}")
-    if len(w) != n:
-        raise ValueError(
-            f"{name} is {len(w)} x {len(w)} but y has {n} labels: W needs one row and column per labelled graph"
-        )
+    w = _square_matrix(distances, n, name)
     largest = 0.0
     for start in range(0, n, CHECK_ROWS):
         rows = np.asarray(w[start : start + CHECK_ROWS], dtype=np.float64)
@@ -307,6 +294,26 @@ def check_distances(distances, n: int, name: str) -> np.ndarray:
     return w
 
 
+def _square_matrix(values, n: int, name: str) -> np.ndarray:
+    """``values`` as a numpy array, refused unless a real ``[n, n]`` matrix (graphs in its
+    place get a message that says to compute W first)."""
+    if _holds_graphs(values):
+        raise ValueError(
+            f"{name} must be W, an [n, n] matrix of distances, got {len(values)} graphs: compute W first, "
+            "MWSP(d=..., k=...).fit(graphs).distances_, and pass that"
+        )
+    matrix = as_numpy(values)
+    if matrix.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be a matrix of real numbers, got dtype {matrix.dtype}")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"{name} must be a square [n, n] matrix, got shape {tuple(int(s) for s in matrix.shape)}")
+    if len(matrix) != n:
+        raise ValueError(
+            f"{name} is {len(matrix)} x {len(matrix)} but y has {n} labels: one row and column per labelled graph"
+        )
+    return matrix
+
+
 def _holds_graphs(values) -> bool:
     """Graphs (PyG ``Data``, a list of them or a dataset) where a matrix was expected."""
     if isinstance(values, (np.ndarray, torch.Tensor)) or not hasattr(values, "__len__") or len(values) == 0:
@@ -322,14 +329,7 @@ def check_kernel(kernel, n: int, name: str) -> np.ndarray:
     """A precomputed kernel matrix as a float64 array, refused unless ``[n, n]``, real, finite
     and symmetric (to ``DISTANCE_SYMMETRY_TOL`` of its largest magnitude). A kernel within
     the tolerance of symmetric is returned symmetrised, as W is (:func:`check_distances`)."""
-    k = as_numpy(kernel)
-    if k.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be a matrix of real numbers, got dtype {k.dtype}")
-    if k.ndim != 2 or k.shape[0] != k.shape[1]:
-        raise ValueError(f"{name} must be a square [n, n] matrix, got shape {tuple(int(s) for s in k.shape)}")
-    if len(k) != n:
-        raise ValueError(f"{name} is {len(k)} x {len(k)} but y has {n} labels: one row and column per labelled graph")
-    k = np.asarray(k, dtype=np.float64)
+    k = np.asarray(_square_matrix(kernel, n, name), dtype=np.float64)
     if not np.isfinite(k).all():
         i, j = np.unravel_index(int(np.argmax(~np.isfinite(k))), k.shape)
         raise ValueError(f"{name} must be finite, got {float(k[i, j])} at [{i}, {j}]")
