@@ -258,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--methods",
         nargs="+",
         default=["mwsp", "wl", "sp", "gin", "baseline"],
-        choices=("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline"),
-        help="methods (default: mwsp wl sp gin baseline; mwsp_attributes where nodes carry attributes)",
+        choices=("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline", "fusion"),
+        help="methods (default: mwsp wl sp gin baseline; mwsp_attributes where nodes carry attributes; fusion: "
+        "MWSP fused with cross-fitted GIN probabilities)",
     )
     cmp.add_argument(
         "--profile",
