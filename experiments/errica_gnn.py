@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mwsp_torch.compare.report import ERRICA_PUBLISHED as ERRICA
 from mwsp_torch.datasets import load_dataset
 from mwsp_torch.gnn import PackedGraphs, errica_node_features
 from mwsp_torch.gnn_protocol import (
@@ -49,16 +50,6 @@ from mwsp_torch.splits import ensure_splits, load_errica_splits
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 DEFAULT_SPLITS = HERE.parent.parent / "shared" / "errica_splits"
-
-#: Errica et al. 2020, Table 3 (mean, std, percent), on the folds of their split files.
-ERRICA = {
-    "NCI1": {"gin": (80.0, 1.4), "baseline": (69.8, 2.2)},
-    "PROTEINS": {"gin": (73.3, 4.0), "baseline": (75.8, 3.7)},
-    "DD": {"gin": (75.3, 2.9), "baseline": (78.4, 4.5)},
-    "ENZYMES": {"gin": (59.6, 4.5), "baseline": (65.2, 6.4)},
-    "IMDB-BINARY": {"gin": (71.2, 3.9), "baseline": (70.8, 5.0)},
-    "REDDIT-BINARY": {"gin": (89.9, 1.9), "baseline": (82.2, 3.0)},
-}
 
 
 def parse_folds(text: str) -> list[int]:

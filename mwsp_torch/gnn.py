@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,102 +54,48 @@ from tqdm.auto import tqdm
 
 from mwsp_torch.trees import TreeIDs
 
-#: The embedding index of a tree never seen in the training graphs.
-UNSEEN = 0
 READOUTS = ("sum", "mean")
 
 
-class TreeIDVocabulary:
-    """Canonical tree IDs at scales ``0..k`` mapped to embedding indices fitted on training graphs.
-
-    ``fit`` runs a :class:`mwsp_torch.TreeIDs` transform over the training graphs and keeps,
-    per scale, the sorted tree IDs it saw; ``transform`` runs the same transform over any
-    graphs (its interning table gives a tree the same ID wherever it appears, and new trees
-    new IDs) and maps a tree seen in ``fit`` at scale ``s`` to ``1 + its rank``, any other to
-    :data:`UNSEEN`. ``fit`` is the only step that changes the mapping.
-
-    With ``min_graphs > 1``, a tree at scale 1 or deeper that fewer than ``min_graphs``
-    training graphs hold maps to :data:`UNSEEN` as well. Otherwise no training node is
-    unseen, so the "unseen" embedding is never trained and a test node with a new tree gets
-    its random initial value; with rare training trees mapped there, it is trained on the
-    kind of node a new tree is. Scale 0 (the labels, the plain GIN's one-hot input) keeps
-    every label seen.
+class TreeIDVocabulary(TreeIDs):
+    """Deprecated alias of a fitted :class:`mwsp_torch.TreeIDs`: ``TreeIDs(k, labels,
+    min_graphs=...).fit(training graphs)`` maps each scale's trees to embedding indices (index
+    :data:`UNSEEN` for the rest) and writes them onto ``Data``. Kept for code that calls
+    :meth:`transform`, which returns each graph's indices without writing them.
 
     Args:
         k (int): deepest scale (default ``1``).
         labels (str): label policy, as :class:`mwsp_torch.TreeIDs` (default ``"auto"``).
-        min_graphs (int): training graphs a tree at scale ``>= 1`` must appear in to get an
-            embedding of its own (default ``1``: every tree seen).
-
-    Attributes:
-        sizes_ (list[int]): per scale, the number of embedding rows (seen trees + 1).
-        known_ (list[np.ndarray]): per scale, the sorted tree IDs seen in ``fit``.
-        transform_ (TreeIDs): the transform whose interning table gives the IDs.
+        min_graphs (int): as :class:`mwsp_torch.TreeIDs` (default ``1``).
     """
 
     def __init__(self, k: int = 1, labels: str = "auto", min_graphs: int = 1) -> None:
-        TreeIDs(k=k, labels=labels)  # refuses a bad k or labels now, not at fit
-        if isinstance(min_graphs, bool) or not isinstance(min_graphs, (int, np.integer)) or min_graphs < 1:
-            raise ValueError(f"min_graphs must be an integer >= 1, got {min_graphs!r}")
-        self.k = k
-        self.labels = labels
-        self.min_graphs = int(min_graphs)
-
-    def _tree_ids(self, graphs) -> list[np.ndarray]:
-        out = []
-        for data in graphs:
-            # A shallow copy: TreeIDs writes tree_ids onto the Data it is given.
-            copied = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
-            for key in ("node_label", "x"):
-                if key in data:
-                    copied[key] = data[key]
-            out.append(self.transform_(copied).tree_ids.numpy())
-        return out
-
-    def fit(self, graphs) -> TreeIDVocabulary:
-        """Learn each scale's trees from ``graphs`` (the training graphs only); a refit starts anew."""
-        self.transform_ = TreeIDs(k=self.k, labels=self.labels)
-        ids = self._tree_ids(graphs)
-        self.known_ = []
-        for s in range(self.k + 1):
-            # Each graph's distinct trees, so that the counts are of graphs, not nodes.
-            per_graph = [np.unique(g[:, s]) for g in ids]
-            trees, graphs_holding = np.unique(
-                np.concatenate(per_graph) if per_graph else np.zeros(0, dtype=np.int64), return_counts=True
-            )
-            self.known_.append(trees if s == 0 else trees[graphs_holding >= self.min_graphs])
-        self.sizes_ = [len(known) + 1 for known in self.known_]
-        return self
+        warnings.warn(
+            "TreeIDVocabulary is deprecated: use mwsp_torch.TreeIDs(k, labels, min_graphs=...).fit(graphs)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(k=k, labels=labels, min_graphs=min_graphs)
 
     def transform(self, graphs) -> list[torch.Tensor]:
         """Per graph, ``[num_nodes, k + 1]`` int64 embedding indices (:data:`UNSEEN` for a tree
         ``fit`` did not see at that scale)."""
         if not hasattr(self, "known_"):
             raise ValueError("this TreeIDVocabulary is not fitted: call fit(training graphs) first")
-        out = []
-        for ids in self._tree_ids(graphs):
-            index = np.zeros_like(ids)
-            for s, known in enumerate(self.known_):
-                rank = np.searchsorted(known, ids[:, s])
-                hit = rank < len(known)
-                hit[hit] = known[rank[hit]] == ids[hit, s]
-                index[hit, s] = rank[hit] + 1
-            out.append(torch.from_numpy(index))
-        return out
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(k={self.k}, labels={self.labels!r}, min_graphs={self.min_graphs})"
+        return [torch.from_numpy(self.indices(self.raw_ids(data))) for data in graphs]
 
 
-def tree_id_inputs(graphs, y, vocabulary: TreeIDVocabulary) -> list[Data]:
+def tree_id_inputs(graphs, y, vocabulary: TreeIDs) -> list[Data]:
     """The graphs as PyG ``Data`` for the models here: ``edge_index``, ``num_nodes``, ``y`` and
-    ``tree_tokens`` (``vocabulary.transform``'s indices)."""
+    ``tree_tokens``, the indices of ``vocabulary``, a fitted :class:`mwsp_torch.TreeIDs`."""
     y = np.asarray(y)
     if len(y) != len(graphs):
         raise ValueError(f"{len(graphs)} graphs but {len(y)} labels")
     return [
         Data(edge_index=g.edge_index, num_nodes=g.num_nodes, y=torch.tensor([int(label)]), tree_tokens=index)
-        for g, index, label in zip(graphs, vocabulary.transform(graphs), y, strict=True)
+        for g, index, label in zip(
+            graphs, (torch.from_numpy(vocabulary.indices(vocabulary.raw_ids(g))) for g in graphs), y, strict=True
+        )
     ]
 
 

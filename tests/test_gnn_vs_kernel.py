@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +18,6 @@ import torch
 
 from mwsp_torch.gnn import (
     GIN,
-    UNSEEN,
     OneHotLabels,
     TreeIDEmbedding,
     TreeIDVocabulary,
@@ -30,6 +27,7 @@ from mwsp_torch.gnn import (
     tree_id_inputs,
 )
 from mwsp_torch.splits import ensure_splits, labels_sha256, load_splits, make_splits, save_splits, sha256_of
+from mwsp_torch.trees import UNSEEN
 
 from conftest import DEVICES, make_data
 
@@ -156,89 +154,30 @@ def test_gin_on_tree_ids_trains_and_embeds_on_each_device(device):
     assert graph_embeddings(model, data[:3], device).shape == (3, 8 + 2 * 8)
 
 
-def test_every_method_end_to_end_on_one_split_file(tmp_path, fixture_root, cache_dir, monkeypatch):
-    """The seven methods on MUTAG (tiny grids, 2 epochs, 3 folds): one row each, all on the
-    split file's folds (its SHA-256 in every row and cell), and a second run reuses every cell."""
-    from mwsp_torch import _aot
+def test_the_table_script_runs_compare_and_rebuilds_the_table_from_its_cells(tmp_path, fixture_root, monkeypatch):
+    """``experiments/gnn_vs_kernel.py`` over ``mwsp_torch.compare``: MUTAG's kernel and baseline
+    rows on its seed-42 split file (2 epochs), then ``--report-only`` rebuilds the same table
+    from the cells alone."""
+    import shutil
 
-    monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(_aot.kernel_dir()))  # the session's compiled kernels
     monkeypatch.setenv("MWSP_DATA_ROOT", str(fixture_root))
-    monkeypatch.setenv("MWSP_CACHE_DIR", str(cache_dir))
     monkeypatch.syspath_prepend(str(EXPERIMENTS))
     sys.modules.pop("gnn_vs_kernel", None)
     import gnn_vs_kernel
 
-    argv = ["--datasets", "MUTAG", "--profile", "tiny", "--n-splits", "3", "--quiet", "--folds-dir",
-            str(tmp_path / "folds"), "--raw-dir", str(tmp_path / "raw"), "--out", str(tmp_path / "t.csv")]  # fmt: skip
-    rows = gnn_vs_kernel.main(argv)
-    split_file = tmp_path / "folds" / "MUTAG.json"
-    digest = sha256_of(split_file)
-    assert [r["method"] for r in rows] == list(gnn_vs_kernel.METHODS)
-    assert {r["split_sha256"] for r in rows} == {digest}
-    assert all(r["folds"] == 3 for r in rows)
-    cells = list((tmp_path / "raw").rglob("*.json"))
-    assert len(cells) == 6 * 3 + 1  # per fold, and the nested protocol's one cell for mwsp
-    assert {json.loads(p.read_text())["split_sha256"] for p in cells} == {digest}
-    by_method = {r["method"]: r for r in rows}
-    assert by_method["mwsp"]["accuracy_mean"] > 80 and by_method["wl"]["accuracy_mean"] > 70  # MUTAG: 66.5 % majority
-    with open(tmp_path / "t.csv", newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == 7
-    assert (tmp_path / "t.md").is_file()
-    import plot_gnn_vs_kernel
-
-    assert plot_gnn_vs_kernel.plot(tmp_path / "t.csv", tmp_path) == [tmp_path / "gnn_vs_kernel-MUTAG.png"]
-    assert (tmp_path / "gnn_vs_kernel-MUTAG.png").stat().st_size > 10_000
-    stamps = {p: p.stat().st_mtime_ns for p in cells}
-    again = gnn_vs_kernel.main(argv)
-    assert [r["accuracy_mean"] for r in again] == [r["accuracy_mean"] for r in rows]
-    assert all(p.stat().st_mtime_ns == stamp for p, stamp in stamps.items())  # nothing recomputed
-    # Recomputed from the seed, the neural cells give the same accuracies.
-    forced = gnn_vs_kernel.main(argv + ["--methods", "gin", "gin_tree_ids", "baseline", "--force"])
-    assert [r["accuracy_mean"] for r in forced] == [r["accuracy_mean"] for r in rows]
-    # A fresh checkout has the gin cells but not their embeddings (not kept in git): the fusion
-    # retrains each fold's first gin run for them, and scores what it scored before.
-    embeddings = sorted((tmp_path / "raw" / "MUTAG" / "gin").glob("*.embeddings.npy"))
-    assert len(embeddings) == 3
-    for path in embeddings + sorted((tmp_path / "raw" / "MUTAG" / "kernel_fusion").glob("fold-*.json")):
-        path.unlink()
-    fused = gnn_vs_kernel.main(argv + ["--methods", "kernel_fusion"])
-    assert all(path.is_file() for path in embeddings)
-    assert fused[-1]["method"] == "kernel_fusion"
-    assert fused[-1]["accuracy_mean"] == rows[-1]["accuracy_mean"]
-
-
-def test_row_notes_name_partial_rows_the_gap_to_errica_and_different_inputs(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    sys.modules.pop("gnn_vs_kernel", None)
-    import gnn_vs_kernel
-
-    full = gnn_vs_kernel.row_note([55.0] * 10, 10, (None, None))
-    assert full == ""
-    partial = gnn_vs_kernel.row_note([54.0, 56.0, 55.0, 55.0], 10, (60.0, 4.0), "their inputs differ")
-    assert partial.startswith("only 4 of 10 outer folds finished")
-    assert "-5.0 points from Errica et al.'s 60.0" in partial
-    assert partial.endswith("their inputs differ")
-    assert "ENZYMES" in gnn_vs_kernel.ERRICA_INPUTS  # their 21 features against our 3 labels
-
-
-def test_cell_locks_share_work_and_recover_from_killed_runs(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    sys.modules.pop("gnn_vs_kernel", None)
-    import gnn_vs_kernel
-
-    cell = tmp_path / "MUTAG" / "gin" / "fold-0.json"
-    lock = cell.with_suffix(".lock")
-    assert gnn_vs_kernel.claim(cell) and lock.read_text() == str(os.getpid())
-    assert gnn_vs_kernel.claim(cell)  # this process holds it already
-    lock.write_text("1")  # a live process (init) holds it
-    assert not gnn_vs_kernel.claim(cell)
-    lock.write_text("")  # a run killed while writing its lock
-    assert gnn_vs_kernel.claim(cell) and lock.read_text() == str(os.getpid())
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    lock.write_text(str(dead.pid))  # a run killed since
-    assert gnn_vs_kernel.claim(cell)
-    gnn_vs_kernel.release(cell)
-    cell.write_text("{}")  # finished by another run between its check and the claim
-    assert not gnn_vs_kernel.claim(cell) and not lock.exists()
-    assert gnn_vs_kernel.claim(cell, force=True)
+    monkeypatch.setattr(gnn_vs_kernel, "RESULTS", tmp_path)
+    (tmp_path / "folds").mkdir()
+    shutil.copy(EXPERIMENTS / "results" / "folds" / "MUTAG.json", tmp_path / "folds" / "MUTAG.json")
+    argv = ["--datasets", "MUTAG", "--methods", "wl", "sp", "baseline", "--raw-dir", str(tmp_path / "raw"),
+            "--max-epochs", "2", "--patience", "2", "--quiet"]  # fmt: skip
+    lines = gnn_vs_kernel.main(argv)
+    assert [line.split()[1] for line in lines] == ["wl", "sp", "baseline"]
+    assert all("10/10 folds" in line for line in lines)
+    table = (tmp_path / "gnn_vs_kernel.md").read_text()
+    with open(tmp_path / "gnn_vs_kernel.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["method"] for row in rows] == ["wl", "sp", "baseline"]
+    assert {row["split_sha256"] for row in rows} == {sha256_of(tmp_path / "folds" / "MUTAG.json")}
+    assert (tmp_path / "gnn_vs_kernel-MUTAG.png").is_file()
+    assert gnn_vs_kernel.main(argv + ["--report-only"]) == lines
+    assert (tmp_path / "gnn_vs_kernel.md").read_text() == table
