@@ -1,4 +1,4 @@
-"""Bad input gets a ValueError that names the graph and the problem (SPEC section 1)."""
+"""Bad input gets a ValueError that names the graph and the problem (docs/definition.md, section 1)."""
 
 import warnings
 

@@ -109,7 +109,7 @@ def test_cuneiform_two_label_columns(fixture_root, cache_dir):
 def test_imdb_needs_degree_labels(fixture_root, cache_dir):
     """IMDB-BINARY has no node labels: refused without a policy; with ``labels="degree"``
     W at d=0, k=0 is the closed form over histograms of degrees counted from the raw edges
-    (symmetrised, self-loops and duplicates dropped, SPEC 1)."""
+    (symmetrised, self-loops and duplicates dropped, docs/definition.md, section 1)."""
     graphs, _ = load_tudataset("IMDB-BINARY", root=fixture_root, cache_dir=cache_dir)
     with pytest.raises(ValueError, match="graph 0: has neither node_label nor x"):
         MWSP().fit(graphs[:5])

@@ -261,7 +261,7 @@ def _svc_accuracy_by_hand(k_fit, y_fit, k_test, y_test, C):
 
 
 def _nested_by_hand(w, y, lams, Cs, seeds, n_outer, n_inner):
-    """SPEC section 5 written out loop by loop: shuffled, seeded outer and inner stratified
+    """docs/definition.md, section 5 written out loop by loop: shuffled, seeded outer and inner stratified
     folds; (d, k), then lam, then C, the first best mean inner accuracy wins."""
     from sklearn.model_selection import StratifiedKFold
 
@@ -318,7 +318,7 @@ def _spectral_map(k_train, mode):
 
 
 def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
-    """SPEC section 5's account of the authors' script, loop by loop: ``np.random.seed(42)``,
+    """docs/definition.md, section 5's account of the authors' script, loop by loop: ``np.random.seed(42)``,
     shuffled ``StratifiedKFold(10)`` outer folds drawn from numpy's global state, an unshuffled
     ``StratifiedKFold(5)`` on each training fold, lam then C, the first best mean inner accuracy
     wins; ``SVC(kernel="precomputed")``. With ``krein``, every training kernel, an inner
@@ -364,7 +364,7 @@ def _paper_by_hand(w, y, lams, Cs, krein=None, map_test_rows=True):
 @pytest.mark.parametrize("svm,krein", [("svc", None), ("krein", "flip"), ("krein", "clip")])
 def test_paper_protocol_equals_the_authors_procedure_written_out(mutag, svm, krein):
     """Folds, selections, mean and std (numpy's, ddof 0, as the script's ``np.std``) of the
-    paper protocol against SPEC 5 written out. MUTAG's ``exp(-lam W)`` is nearly positive
+    paper protocol against docs/definition.md, section 5 written out. MUTAG's ``exp(-lam W)`` is nearly positive
     semi-definite, so the Krein cases take ``W**2``, whose kernels are far from it (checked),
     and where leaving the test rows unmapped changes the fold accuracies (checked)."""
     from mwsp_torch import paper_protocol
@@ -446,7 +446,7 @@ def test_sinkhorn_transform_does_not_depend_on_the_other_new_graphs(mutag):
 
 
 def test_sinkhorn_fit_measures_its_error_against_exact(mutag):
-    """SPEC 4: Sinkhorn says how far it is from W at its blur. With a check of every pair,
+    """docs/definition.md, section 4: Sinkhorn says how far it is from W at its blur. With a check of every pair,
     the reported figures are those of the two whole matrices."""
     graphs = mutag[0][:12]
     exact = MWSP(d=2, k=0).fit(graphs).distances_
