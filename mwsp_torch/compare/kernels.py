@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -69,12 +69,6 @@ class KernelGrid:
         if method == "wl":
             return f"h in {list(self.wl_h)} x {cs}; GraKeL WL subtree, normalised, labels only"
         return f"{cs}; GraKeL shortest path (labelled), normalised, labels only"
-
-
-@dataclass
-class KernelTimes:
-    kernel: float = 0.0
-    per_setting: dict = field(default_factory=dict)
 
 
 def _grakel_graphs(graphs, labels: str, dense: bool) -> list:
