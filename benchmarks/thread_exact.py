@@ -34,9 +34,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_sinkhorn import add_problem_arguments, support_and_pairs  # noqa: E402
 
-from mwsp_torch._thread_simplex import MAX_NODES  # noqa: E402
 from mwsp_torch.transport import exact_distances, thread_exact_distances  # noqa: E402
 from mwsp_torch.transport import gpu as gpu_engines  # noqa: E402
+from mwsp_torch.transport._thread_simplex import MAX_NODES  # noqa: E402
 
 HOST_PAIRS = [0]
 

@@ -77,8 +77,8 @@ MODES = ("auto", "aot", "jit")
 #: The modules (relative to this package) whose numba functions and intrinsics the entry
 #: points compile, inline or call: their sources name the build.
 SOURCE_MODULES = (
-    "_aot", "_borrow", "_interning", "_simd", "_simplex", "labels", "paths", "transport.costs", "transport.exact",
-    "transport.measures", "trees",
+    "_aot", "_interning", "labels", "paths", "transport._borrow", "transport._simd", "transport._simplex",
+    "transport.costs", "transport.exact", "transport.measures", "trees",
 )  # fmt: skip
 
 # Argument codes: C-contiguous, writeable arrays of a dtype and rank, or int64 / boolean scalars.

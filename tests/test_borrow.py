@@ -1,4 +1,4 @@
-"""Borrowed array views (:mod:`mwsp_torch._borrow`) and the hot loops that use them."""
+"""Borrowed array views (:mod:`mwsp_torch.transport._borrow`) and the hot loops that use them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from numba import njit
 
 from mwsp_torch import _aot
-from mwsp_torch._borrow import borrowed, borrowed_run, release
+from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
 
 
 @njit
@@ -69,7 +69,7 @@ def _define_atomic_inc_dec(module, op, ordering):
 
 nrt._define_atomic_inc_dec = _define_atomic_inc_dec
 
-from mwsp_torch._simplex import cost_width, transport_cost
+from mwsp_torch.transport._simplex import cost_width, transport_cost
 
 def increments(call):
     call()  # compile

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, _aot, make_csl
-from mwsp_torch._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
-from mwsp_torch._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
 from mwsp_torch.transport import SupportSet, batched_exact_distances, exact_distances, pot_distances, upper_pairs
+from mwsp_torch.transport._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
+from mwsp_torch.transport._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
 from mwsp_torch.transport.costs import _column_method, _row_squares, cost_matrix, inverted_costs, scattered_costs
 from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD
 from mwsp_torch.transport.measures import bank_arrays
@@ -671,7 +671,7 @@ def test_batched_simplex_equals_pot(device, m, n, batch, seed, kind):
     """The torch batched solver (the GPU engine's logic, here on CPU tensors) against POT."""
     import torch
 
-    from mwsp_torch._batched_simplex import batched_transport_cost
+    from mwsp_torch.transport._batched_simplex import batched_transport_cost
 
     rng = np.random.default_rng(seed)
     counts_a = rng.integers(1, 4, size=(batch, m))
@@ -708,7 +708,7 @@ def test_batched_engine_equals_compiled_engine(mutag, d, k, pad_to, device):
 def test_batched_engine_refuses_bad_input():
     import torch
 
-    from mwsp_torch._batched_simplex import batched_transport_cost
+    from mwsp_torch.transport._batched_simplex import batched_transport_cost
 
     one = torch.ones((1, 2), dtype=torch.int64)
     with pytest.raises(ValueError, match="totals differ"):
@@ -743,7 +743,7 @@ def test_batched_simplex_on_costs_far_below_one(mutag, device):
 def test_batched_simplex_refuses_what_it_cannot_solve():
     import torch
 
-    from mwsp_torch._batched_simplex import batched_transport_cost
+    from mwsp_torch.transport._batched_simplex import batched_transport_cost
 
     big = 2**61  # units * (2m + 1) would overflow the int64 flow keys
     supply = torch.tensor([[big, big, 1, 1]])
@@ -890,7 +890,7 @@ def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     """Pairs left with more than 63 points go to ``exact_distances``, the rest are solved by
     the thread kernel, and together they give the compiled engine's W."""
     import mwsp_torch.transport.gpu as transport
-    from mwsp_torch._thread_simplex import MAX_NODES
+    from mwsp_torch.transport._thread_simplex import MAX_NODES
 
     graphs = _random_graphs(0, 16, 12, 60, 6)
     model = MWSP(d=3, k=1).fit(graphs)
@@ -910,7 +910,7 @@ def test_thread_engine_hands_large_problems_to_the_compiled_engine(monkeypatch):
     large = sizes[handed[0][:, 0]] + sizes[handed[0][:, 1]]
     assert 0 < len(handed[0]) < len(pairs) and np.all(large > MAX_NODES)
     # Called on every pair, the kernel itself refuses (flags) what would overflow its arrays.
-    from mwsp_torch._thread_simplex import SOLVED, TOO_LARGE, cpu_kernel
+    from mwsp_torch.transport._thread_simplex import SOLVED, TOO_LARGE, cpu_kernel
     from mwsp_torch.transport.costs import row_distance_table
 
     values = np.zeros(len(pairs))
@@ -931,8 +931,7 @@ def test_thread_engine_names_why_numba_cuda_cannot_be_imported(monkeypatch, brok
     import importlib
     import sys
 
-    from mwsp_torch import _thread_simplex
-    from mwsp_torch.transport import thread_exact_distances
+    from mwsp_torch.transport import _thread_simplex, thread_exact_distances
 
     if broken == "missing":
         monkeypatch.setitem(sys.modules, "numba.cuda", None)  # import numba.cuda raises ImportError
@@ -976,7 +975,8 @@ def test_thread_engine_refuses_bad_input():
 
 SIMULATED = """
 import numpy as np
-from mwsp_torch import MWSP, _thread_simplex, load_tudataset
+from mwsp_torch import MWSP, load_tudataset
+from mwsp_torch.transport import _thread_simplex
 from mwsp_torch.transport import thread_exact_distances, upper_pairs
 graphs = load_tudataset("MUTAG", root={root!r}, cache_dir={cache!r})[0][:24]
 model = MWSP(d=3, k=1).fit(graphs)
@@ -1014,7 +1014,7 @@ def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False, host_fails=False):
     import threading
 
     import mwsp_torch.transport.gpu as transport
-    from mwsp_torch import _thread_simplex
+    from mwsp_torch.transport import _thread_simplex
 
     record = {"host": [], "host_done": 0, "worker": [], "host_thread": set(), "worker_thread": None}
     compiled = transport.exact_distances

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import torch
 
+import mwsp_torch.transport._batched_sinkhorn as loop
+import mwsp_torch.transport._triton_sinkhorn as kernels
 from mwsp_torch import MWSP, load_tudataset
-from mwsp_torch import _batched_sinkhorn as loop
-from mwsp_torch import _triton_sinkhorn as kernels
 from mwsp_torch.transport import sinkhorn_distances, upper_pairs
 from mwsp_torch.transport.sinkhorn import _triton_kernels
 

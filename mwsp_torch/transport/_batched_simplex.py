@@ -1,6 +1,6 @@
 """An exact transportation simplex over a batch of same-shape problems, in torch (GPU or CPU).
 
-Why our own: POT's network simplex and our compiled one (:mod:`mwsp_torch._simplex`)
+Why our own: POT's network simplex and our compiled one (:mod:`mwsp_torch.transport._simplex`)
 solve one problem at a time on a CPU core. An all-pairs MWSP matrix is millions of
 small problems (8.4 M on NCI1, 18 x 18 on average after cancellation), which a GPU
 can solve side by side if every step of the simplex is a tensor operation over the
@@ -8,7 +8,7 @@ batch. No library offers an exact batched solver: geomloss and pykeops are Sinkh
 (approximate), POT's ``emd`` is sequential. The same code runs on a CPU tensor, which
 is how CI checks it against POT (``tests/test_transport.py``, 1e-9 relative).
 
-Method: the primal transportation simplex of :mod:`mwsp_torch._simplex`, re-cast so
+Method: the primal transportation simplex of :mod:`mwsp_torch.transport._simplex`, re-cast so
 that each step is a handful of gathers and scatters over ``[batch, nodes]`` tensors.
 
 - Nodes ``0..m-1`` are supplies, ``m..m+n-1`` demands. The basis is a spanning tree
@@ -29,7 +29,7 @@ that each step is a handful of gathers and scatters over ``[batch, nodes]`` tens
 
 Lock step has a price: every problem of a batch waits for the one with the most pivots,
 and every pivot touches the whole ``[batch, nodes]`` tensors, so one problem per GPU
-thread (:mod:`mwsp_torch._thread_simplex`) is the faster GPU engine; this one needs
+thread (:mod:`mwsp_torch.transport._thread_simplex`) is the faster GPU engine; this one needs
 nothing but torch. This module does no CUDA work at import. Developers:
 ``benchmarks/gpu_exact.py`` times it against the compiled solver.
 """

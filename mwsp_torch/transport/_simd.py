@@ -13,7 +13,7 @@ vector registers (NCI1's 18 columns read as 20): one register, no tail, inlined 
 solver's loops instead of a called scalar loop. :func:`padded_first_at` then finds the
 column that attains it without a data-dependent branch. They make pricing every row each
 pivot (Dantzig's rule) cheaper than block pricing on small problems such as NCI1's
-(:data:`mwsp_torch._simplex.FULL_PRICING_MAX_ARCS`).
+(:data:`mwsp_torch.transport._simplex.FULL_PRICING_MAX_ARCS`).
 
 :func:`popcount` and :func:`lowest_bit` are LLVM's bit counts, for the solver's ancestor
 masks: numba has no intrinsic for them, and a SWAR count takes about a dozen instructions.

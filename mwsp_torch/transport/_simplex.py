@@ -23,13 +23,13 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis
 - Pricing: rows of fewer than ``ROW_MIN_SIMD`` columns are padded to whole vector
   registers (:func:`cost_width`; the engine allocates its costs so, else the solver copies)
   and a row's minimum reduced cost is one inlined vector loop
-  (:func:`mwsp_torch._simd.padded_row_min`). Problems of at most ``FULL_PRICING_MAX_ARCS``
+  (:func:`mwsp_torch.transport._simd.padded_row_min`). Problems of at most ``FULL_PRICING_MAX_ARCS``
   such arcs price every row each pivot and take the most negative arc of all (Dantzig's
   rule), with no branch per row: fewer pivots for little more per pivot. Larger ones
   search blocks of whole rows (POT's block size ~sqrt(m n) arcs, but at least
   ``MIN_BLOCK_ARCS``, rounded to rows), then scan the winning row once for the column that
   attains it. Rows of ``ROW_MIN_SIMD`` columns or more take their minimum in four vector
-  registers (:func:`mwsp_torch._simd.row_min`).
+  registers (:func:`mwsp_torch.transport._simd.row_min`).
 - Start: the row-minimum rule (each row fills its cheapest open columns), rows taken in
   the order of their minima, which leaves fewer pivots than index order. It also gives
   the first basis tree's parents and an order with parents first, so problems on ancestor
@@ -61,7 +61,7 @@ paths and a primal-dual (Hungarian) method on bit masks, did about as many searc
 the simplex does pivots, at no less cost each (``docs/performance.md``).
 
 Developers: numba caches a caller by its own file, so after editing this module (or
-:mod:`mwsp_torch._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
+:mod:`mwsp_torch.transport._simd`) delete the ``*.nbi``/``*.nbc`` files under ``mwsp_torch/__pycache__``.
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from mwsp_torch._borrow import borrowed, borrowed_run, release
-from mwsp_torch._simd import LANES, argmin_difference, lowest_bit, padded_first_at, padded_row_min
-from mwsp_torch._simd import popcount as _popcount
-from mwsp_torch._simd import row_min as row_min_simd
+from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
+from mwsp_torch.transport._simd import LANES, argmin_difference, lowest_bit, padded_first_at, padded_row_min
+from mwsp_torch.transport._simd import popcount as _popcount
+from mwsp_torch.transport._simd import row_min as row_min_simd
 
 #: Problems with at least this many arcs start from Vogel's approximation, smaller
 #: ones from the row-minimum rule. Vogel's leaves fewer pivots, but with pivots as cheap
@@ -90,7 +90,7 @@ MIN_BLOCK_ARCS = 96
 #: Problems of at most this many arcs (and rows under ``ROW_MIN_SIMD`` columns) price every
 #: row each pivot and take the most negative reduced cost of all (Dantzig's rule). That
 #: takes fewer pivots than block pricing, and with rows padded to whole vector registers
-#: (:func:`mwsp_torch._simd.padded_row_min`) and no branch per row the full scan costs little
+#: (:func:`mwsp_torch.transport._simd.padded_row_min`) and no branch per row the full scan costs little
 #: more than a block, so small problems solve faster. The scan grows with ``m n`` while the
 #: pivots saved do not: beyond about 700 arcs blocks win again (``docs/performance.md``).
 FULL_PRICING_MAX_ARCS = 600
@@ -103,8 +103,8 @@ CLOSED = 1e300
 VOGEL_CANDIDATES = 8
 
 #: Pricing and the start take the minima of rows of at least this many columns in four
-#: vector registers (:func:`mwsp_torch._simd.row_min`); shorter rows are padded to whole
-#: registers and take theirs in one (:func:`mwsp_torch._simd.padded_row_min`). Merging four
+#: vector registers (:func:`mwsp_torch.transport._simd.row_min`); shorter rows are padded to whole
+#: registers and take theirs in one (:func:`mwsp_torch.transport._simd.padded_row_min`). Merging four
 #: registers is a fixed cost that only long rows repay: a scalar running minimum and the
 #: four registers measured equal at about 40 columns.
 ROW_MIN_SIMD = 40
@@ -152,7 +152,7 @@ def _lex_less(a_units, a_eps, b_units, b_eps):
 
 @njit(cache=True, nogil=True, inline="always")
 def _take(pool, offset, size):
-    """The next ``size`` entries of ``pool`` (a borrowed view: :mod:`mwsp_torch._borrow`)
+    """The next ``size`` entries of ``pool`` (a borrowed view: :mod:`mwsp_torch.transport._borrow`)
     and the offset after them."""
     return borrowed_run(pool, offset, size), offset + size
 
@@ -257,7 +257,7 @@ def transport_cost(
     # u_p at p, v_q at m + q; zeros past the last v_q, read by the padded row minima.
     pot_owner = np.zeros(num_nodes + LANES, dtype=np.float64)
     # The work arrays and the costs as borrowed views, not reference-counted (numba's
-    # atomic reference counts are a cost per access on some CPUs; mwsp_torch._borrow). The
+    # atomic reference counts are a cost per access on some CPUs; mwsp_torch.transport._borrow). The
     # owners are released at the end; the caller holds `cost` for the whole call.
     pot = borrowed(pot_owner)
     cost = borrowed(cost)
@@ -444,7 +444,7 @@ def _price_all(flat, stride, chunks, cost, pot, demand_pot, m, n, tol, row_mins)
     """Dantzig's rule: the first arc of the most negative reduced cost of all (``-1, -1`` at
     optimality). Every row's minimum in vector registers, the best row kept by selects, no
     branch per row (cheaper than a second scan for the row); then the column by one
-    branch-free search of that row (:func:`mwsp_torch._simd.padded_first_at`)."""
+    branch-free search of that row (:func:`mwsp_torch.transport._simd.padded_first_at`)."""
     low = CLOSED
     best = 0
     for p in range(m):
@@ -465,7 +465,7 @@ def _price(cost, flat, stride, chunks, padded, pot, demand_pot, m, n, rows_per_b
 
     Block search by whole rows from row ``p``: the most negative reduced cost in the first
     block of rows that has one. A row's minimum is a branch-free loop (padded rows:
-    :func:`mwsp_torch._simd.padded_row_min`, else :func:`mwsp_torch._simd.row_min`), the best row kept
+    :func:`~._simd.padded_row_min`, else :func:`~._simd.row_min`), the best row kept
     by selects rather than a branch, which would be mispredicted; the entering column is
     then found in that row alone.
     """
@@ -831,9 +831,9 @@ def _row_minimum_start(
     time, leaves fewer still but is slower overall, ``docs/performance.md``).
 
     A closed column is priced out by a ``-CLOSED`` offset, so each choice is one branch-free
-    minimum (:func:`mwsp_torch._simd.padded_row_min` on padded rows, else
-    :func:`mwsp_torch._simd.row_min`) and a search for the first column that attains it (padded rows:
-    :func:`mwsp_torch._simd.padded_first_at`, branch-free; else a scan, unguarded, unlike
+    minimum (:func:`mwsp_torch.transport._simd.padded_row_min` on padded rows, else
+    :func:`mwsp_torch.transport._simd.row_min`) and a search for the first column that attains it (padded rows:
+    :func:`mwsp_torch.transport._simd.padded_first_at`, branch-free; else a scan, unguarded, unlike
     :func:`_first_at`: the minimum is one of the very differences it scans, so it is found).
 
     Also the first basis tree, for free: each allocation closes its column or its row,
@@ -1020,8 +1020,8 @@ def _max(values, n):
 @njit(cache=True, nogil=True, inline="always")
 def _first_at(row, offset, n, low):
     """The first ``q`` with ``row[q] - offset[q] == low``, the minimum
-    :func:`mwsp_torch._simd.row_min` gave (the same subtractions, so one scan with one
-    mispredicted branch, not a running argmin; :func:`mwsp_torch._simd.argmin_difference`
+    :func:`mwsp_torch.transport._simd.row_min` gave (the same subtractions, so one scan with one
+    mispredicted branch, not a running argmin; :func:`mwsp_torch.transport._simd.argmin_difference`
     is a guard that runs only if a compiler ever broke that equality)."""
     q = 0
     while q < n and row[q] - offset[q] != low:

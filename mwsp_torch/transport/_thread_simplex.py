@@ -1,11 +1,11 @@
 """Exact transport with one problem per GPU thread (numba CUDA), and the same code on the CPU.
 
 Why our own, again: POT has no GPU solver, and the tensor-batched simplex
-(:mod:`mwsp_torch._batched_simplex`) moves every problem of a batch through the same
+(:mod:`mwsp_torch.transport._batched_simplex`) moves every problem of a batch through the same
 dense tensor operations in lock step, so every problem pays for the slowest one's pivots
 and every pivot for a whole dense matrix: on an H100 it was 40x slower than the compiled
 CPU engine (``docs/performance.md``). Here each CUDA thread runs, on its own pair, the
-method of the CPU engine's small-problem path (:mod:`mwsp_torch._simplex`: Orden's
+method of the CPU engine's small-problem path (:mod:`mwsp_torch.transport._simplex`: Orden's
 perturbation on exact integer masses, the row-minimum start, block pricing by rows, the
 basis tree as ancestor bit masks), with its arrays in thread-local memory. Each thread
 also does its pair's own preparation from the graphs' collapsed supports: the merge
@@ -27,12 +27,12 @@ The CUDA kernel is cached on disk (``cuda.jit(cache=True)``, in this package's
 process: compiling it takes about as long as the whole exact matrix of NCI1 then takes
 on an H100 (``benchmarks/README.md``). numba keys the cache on this file's stamp and the
 closure's contents; the constants imported from
-:mod:`mwsp_torch._simplex` are frozen into it, so after editing them during development,
+:mod:`mwsp_torch.transport._simplex` are frozen into it, so after editing them during development,
 delete ``mwsp_torch/__pycache__/_thread_simplex*.nb[ic]``.
 
-These functions repeat the bit-mask path of :mod:`mwsp_torch._simplex` (and
+These functions repeat the bit-mask path of :mod:`mwsp_torch.transport._simplex` (and
 ``transport.measures.cancel``) instead of sharing it: the CPU engine's versions take their row
-minima through LLVM vector intrinsics (:mod:`mwsp_torch._simd`), fastmath and inlining
+minima through LLVM vector intrinsics (:mod:`mwsp_torch.transport._simd`), fastmath and inlining
 flags, none of which compile for CUDA, and its cost is measured per nanosecond. Tests
 hold the two to the same W (``tests/test_transport.py``).
 
@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-from mwsp_torch._simplex import CLOSED, MAX_PIVOTS_PER_NODE_SQUARED, MIN_BLOCK_ARCS, POT_REL_TOL
+from mwsp_torch.transport._simplex import CLOSED, MAX_PIVOTS_PER_NODE_SQUARED, MIN_BLOCK_ARCS, POT_REL_TOL
 
 #: The most points (both sides, after cancelling shared mass) a thread solves: the
 #: ancestor sets are int64 bit masks.

@@ -1,7 +1,7 @@
 """The fused Sinkhorn loop as Triton kernels (``backend="triton"``, experimental): one program
 solves one problem in registers.
 
-Why a kernel of our own: :mod:`mwsp_torch._batched_sinkhorn` runs geomloss's loop as
+Why a kernel of our own: :mod:`mwsp_torch.transport._batched_sinkhorn` runs geomloss's loop as
 torch operations, about ten kernel launches per temperature, each streaming the whole
 batch of cost matrices through GPU memory, so it is bound by memory traffic, not
 arithmetic (``torch.compile`` of that loop did not fuse it away; ``docs/performance.md``).
@@ -15,7 +15,7 @@ and slices their supports itself. Problems are grouped only by the kernel's tile
 (powers of two, at least :data:`MIN_BLOCK`), one launch per shape, every result written
 into one device tensor: no synchronisation until the caller copies it back.
 
-The arithmetic is that of :mod:`mwsp_torch._batched_sinkhorn` (geomloss's), except that
+The arithmetic is that of :mod:`mwsp_torch.transport._batched_sinkhorn` (geomloss's), except that
 ``C / eps`` and ``f / eps`` are products with ``1 / eps`` (a division per cost entry
 and temperature cost more than the exponential's polynomial): the tests compare the two
 to 1e-9 in float64, on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``)
@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mwsp_torch import _batched_sinkhorn
+import mwsp_torch.transport._batched_sinkhorn as _batched_sinkhorn
 
 LOG_ZERO = tl.constexpr(_batched_sinkhorn.LOG_ZERO)  # a constexpr: kernels read no other globals
 MIN_BLOCK = 8  # smallest tile side: fewer shapes to compile, little padding on small graphs
@@ -201,7 +201,7 @@ def _groups(key: np.ndarray) -> list[tuple[int, int]]:
 def self_terms(
     table: torch.Tensor, sset: Measures, graphs: np.ndarray, eps_list, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Half of ``OT_eps(w, w)`` (:func:`mwsp_torch._batched_sinkhorn.self_terms`) for each graph
+    """Half of ``OT_eps(w, w)`` (:func:`mwsp_torch.transport._batched_sinkhorn.self_terms`) for each graph
     in ``graphs``, written at its graph index of ``out`` (``[G]``, zeros elsewhere when made here)."""
     if out is None:
         out = torch.zeros(len(sset.ptr) - 1, dtype=table.dtype, device=table.device)
@@ -233,7 +233,7 @@ def cross_terms(
     progress=None,
 ) -> torch.Tensor:
     """``OT_eps(a_i, b_j) - half_l[i] - half_r[j]`` for each pair ``(i, j)`` of ``pairs``
-    (:func:`mwsp_torch._batched_sinkhorn.cross_terms`, less the debiasing terms when given);
+    (:func:`mwsp_torch.transport._batched_sinkhorn.cross_terms`, less the debiasing terms when given);
     0 where a support is empty. On the device, not synchronised."""
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
     out = torch.zeros(len(pairs), dtype=table.dtype, device=table.device)

@@ -4,7 +4,7 @@ The all-pairs engine (:mod:`~mwsp_torch.transport.exact`) needs only W; a layer 
 through W (:class:`mwsp_torch.nn.WassersteinPooling`) needs the optimal plan and the dual
 potentials too, for problems whose costs are a dense matrix (points in ``R^d``, not rows of
 a bank). :func:`dense_exact_transport` solves many such problems in one call into compiled
-code, on threads, with the same transportation simplex (:func:`mwsp_torch._simplex.transport_cost`,
+code, on threads, with the same transportation simplex (:func:`mwsp_torch.transport._simplex.transport_cost`,
 asked for its final basis and potentials), so its W is the all-pairs engine's method and
 threshold (``docs/exactness.md``), checked against POT's ``ot.emd2`` in ``tests/test_pooling.py``.
 
@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from mwsp_torch._numba_setup import numba_ready
-from mwsp_torch._simplex import (
+from mwsp_torch.transport._simplex import (
     FULL_PRICING_MAX_ARCS,
     MASK_MAX_NODES,
     MIN_BLOCK_ARCS,

@@ -2,7 +2,7 @@
 
 Each pair's shared mass is cancelled (:func:`~mwsp_torch.transport.measures.cancel`), its
 ground costs gathered (:mod:`mwsp_torch.transport.costs`), and the transportation problem
-left solved by a compiled transportation simplex (:mod:`mwsp_torch._simplex`: exact
+left solved by a compiled transportation simplex (:mod:`mwsp_torch.transport._simplex`: exact
 integer flows, float64 costs). Pairs run in tiles, which can be checkpointed
 (:mod:`mwsp_torch.transport.store`); within a tile, threads take runs of consecutive
 pairs: a thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`),
@@ -23,9 +23,9 @@ import numpy as np
 from numba import njit, prange
 
 from mwsp_torch import _aot
-from mwsp_torch._borrow import borrowed, borrowed_run, release
 from mwsp_torch._numba_setup import numba_ready
-from mwsp_torch._simplex import cost_width, transport_cost
+from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
+from mwsp_torch.transport._simplex import cost_width, transport_cost
 from mwsp_torch.transport.costs import (
     COST_METHODS,
     TABLE_BYTES,
@@ -73,7 +73,7 @@ def _pair_distance(
     transportation problem between disjoint point sets, in integer masses
     (``count * other graph's size``). ``pos_*`` and ``neg_*`` are work arrays of at least
     ``len(sa)`` and ``len(sb)`` entries; the costs are carved from ``cost_pool`` (a borrowed
-    view, :mod:`mwsp_torch._borrow`) when they fit, else allocated.
+    view, :mod:`mwsp_torch.transport._borrow`) when they fit, else allocated.
     """
     n_pos, n_neg = cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass)
     if n_pos == 0:
@@ -131,7 +131,7 @@ def _pairs_chunks(
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
-    # Every array a pair reads or writes as a borrowed view (mwsp_torch._borrow): no atomic
+    # Every array a pair reads or writes as a borrowed view (mwsp_torch.transport._borrow): no atomic
     # reference count per slice (hundreds a pair otherwise, up to 1.5x of its time). The
     # caller holds the arguments for the whole call.
     pairs, out, table, squares = borrowed(pairs), borrowed(out), borrowed(table), borrowed(squares)
@@ -196,7 +196,7 @@ def exact_distances(
 ) -> np.ndarray:
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
-    Compiled end to end (:mod:`mwsp_torch._simplex`), pairs spread over ``n_jobs``
+    Compiled end to end (:mod:`mwsp_torch.transport._simplex`), pairs spread over ``n_jobs``
     threads (:class:`_ExactWorkers`), in tiles of ``tile_size`` pairs.
 
     Args:

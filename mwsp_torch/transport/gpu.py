@@ -2,8 +2,8 @@
 
 :func:`batched_exact_distances` solves the problems left after cancellation, padded to a
 few shapes, with a transportation simplex written as tensor operations over a batch
-(:mod:`mwsp_torch._batched_simplex`), on any torch device. :func:`thread_exact_distances`
-solves one pair per CUDA thread (:mod:`mwsp_torch._thread_simplex`, numba CUDA) while the
+(:mod:`mwsp_torch.transport._batched_simplex`), on any torch device. :func:`thread_exact_distances`
+solves one pair per CUDA thread (:mod:`mwsp_torch.transport._thread_simplex`, numba CUDA) while the
 host's CPU engine (:func:`~mwsp_torch.transport.exact_distances`) takes the large pairs
 and a share of the small ones. Both take their ground costs from one table of all
 row-to-row distances, so they are for datasets of small graphs; both run on the CPU too,
@@ -55,7 +55,7 @@ def batched_exact_distances(
     pad_to: int = 4,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Exact W for each pair, solved in batches on a torch device (:mod:`mwsp_torch._batched_simplex`).
+    """Exact W for each pair, solved in batches on a torch device (:mod:`mwsp_torch.transport._batched_simplex`).
 
     Shared mass is cancelled as in :func:`~mwsp_torch.transport.exact_distances`. What is left is padded to
     a few shapes (next multiple of ``pad_to`` above each side's size, default 4), so
@@ -87,7 +87,7 @@ def batched_exact_distances(
     Returns:
         ``[m]`` float64 distances.
     """
-    from mwsp_torch._batched_simplex import batched_transport_cost
+    from mwsp_torch.transport._batched_simplex import batched_transport_cost
 
     bank = _table_bank(left, right, table_bytes, "batched")
     pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
@@ -157,14 +157,14 @@ def thread_exact_distances(
     threads_per_block: int = 128,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Exact W for each pair, one pair per CUDA thread (:mod:`mwsp_torch._thread_simplex`).
+    """Exact W for each pair, one pair per CUDA thread (:mod:`mwsp_torch.transport._thread_simplex`).
 
     Each thread cancels its pair's shared mass, gathers its costs from one table of all
     row-to-row distances (built on the host by the CPU engine's own code,
     :func:`~mwsp_torch.transport.costs.row_distance_table`, so the costs are bit for bit
     :func:`exact_distances`' with ``costs="table"``) and runs the
     transportation simplex on bit masks. Pairs whose two supports hold more than
-    :data:`mwsp_torch._thread_simplex.MAX_NODES` points together go to
+    :data:`mwsp_torch.transport._thread_simplex.MAX_NODES` points together go to
     :func:`exact_distances` on the host (``n_jobs`` threads).
 
     On ``cuda`` one worker thread makes every CUDA call (so one thread's device and
@@ -199,7 +199,7 @@ def thread_exact_distances(
         ``[m]`` float64 distances.
     """
     numba_ready()
-    from mwsp_torch import _thread_simplex as ts
+    import mwsp_torch.transport._thread_simplex as ts
 
     bank = _table_bank(left, right, table_bytes, "thread")
     device = str(device)  # a torch.device too, as the other engines take
@@ -264,7 +264,7 @@ def thread_exact_distances(
 
 
 def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, status, progress):
-    from mwsp_torch._thread_simplex import cpu_kernel
+    from mwsp_torch.transport._thread_simplex import cpu_kernel
 
     kernel = cpu_kernel()
     with numba_threads(n_jobs):
@@ -353,7 +353,7 @@ def _cuda_device_index(cuda, device: str) -> int:
 def _cuda_thread_kernel(index, sets, table):
     """``numba.cuda``, the thread engine's CUDA kernel and its read-only inputs on CUDA
     device ``index``, selected for the calling thread."""
-    from mwsp_torch._thread_simplex import cuda_kernel, import_numba_cuda
+    from mwsp_torch.transport._thread_simplex import cuda_kernel, import_numba_cuda
 
     cuda = import_numba_cuda()
     cuda.select_device(index)

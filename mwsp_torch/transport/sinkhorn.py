@@ -2,10 +2,10 @@
 
 ``solver="sinkhorn"`` computes geomloss's debiased Sinkhorn divergence with ``p=1`` on
 batches of padded pairs; padding carries zero weight, which leaves the value unchanged. By
-default (``backend="fused"``, :mod:`mwsp_torch._batched_sinkhorn`) geomloss's loop runs on
+default (``backend="fused"``, :mod:`mwsp_torch.transport._batched_sinkhorn`) geomloss's loop runs on
 cost tensors gathered from one row-to-row distance table
 (:func:`~mwsp_torch.transport.costs.distance_table`), with the debiasing terms solved once
-per graph; Triton kernels (:mod:`mwsp_torch._triton_sinkhorn`) run the same loop one
+per graph; Triton kernels (:mod:`mwsp_torch.transport._triton_sinkhorn`) run the same loop one
 program per problem on CUDA, and geomloss itself (tensorized, or pykeops online) serves
 banks whose table does not fit. It approximates W; its measured error against the exact
 engine is in ``benchmarks/README.md``.
@@ -58,7 +58,7 @@ def sinkhorn_distances(
         batch_size (int): pairs per batch (default ``65536``); a batch whose padded
             dense points or cost matrices would exceed ``max_bytes`` (default
             512 MiB) is cut smaller.
-        backend (str): ``"fused"`` (:mod:`mwsp_torch._batched_sinkhorn`: geomloss's
+        backend (str): ``"fused"`` (:mod:`mwsp_torch.transport._batched_sinkhorn`: geomloss's
             loop on cost tensors gathered from one row-to-row distance table built from
             the Gram matrix, on ``device``; debiasing terms once per graph; needs
             the table, ``rows^2`` float64, within ``max_bytes``), ``"tensorized"``
@@ -225,25 +225,25 @@ def shape_buckets(rows: np.ndarray, cols: np.ndarray | None = None) -> list[np.n
 
 
 def _triton_kernels(table):
-    """:mod:`mwsp_torch._triton_sinkhorn` for ``backend="triton"``: CUDA tensors, or CPU
+    """:mod:`mwsp_torch.transport._triton_sinkhorn` for ``backend="triton"``: CUDA tensors, or CPU
     tensors under Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run it)."""
     if not (table.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
         raise ValueError("backend='triton' runs on CUDA tensors (or on CPU ones with TRITON_INTERPRET=1)")
     try:
-        from mwsp_torch import _triton_sinkhorn
+        import mwsp_torch.transport._triton_sinkhorn as kernels
     except ImportError as error:
         raise ImportError("backend='triton' needs the triton package: pip install 'mwsp_torch[gpu]'") from error
-    return _triton_sinkhorn
+    return kernels
 
 
 def _fused_sinkhorn(
     left, right, pairs, blur, scaling, diameter, device, batch_size, max_bytes, progress, triton, dtype="float64"
 ):
-    """``sinkhorn_distances`` with the ``"fused"`` backend (:mod:`mwsp_torch._batched_sinkhorn`),
-    or its Triton kernels (``triton``: :mod:`mwsp_torch._triton_sinkhorn`, see :func:`_triton_sinkhorn`)."""
+    """``sinkhorn_distances`` with the ``"fused"`` backend (:mod:`mwsp_torch.transport._batched_sinkhorn`),
+    or its Triton kernels (``triton``: :mod:`mwsp_torch.transport._triton_sinkhorn`, see :func:`_triton_sinkhorn`)."""
     import torch
 
-    from mwsp_torch._batched_sinkhorn import cross_terms, epsilon_schedule, self_terms
+    from mwsp_torch.transport._batched_sinkhorn import cross_terms, epsilon_schedule, self_terms
 
     bank = shared_bank(left, right)
     if distance_table_bytes(bank) > max_bytes:
