@@ -34,6 +34,16 @@ from scipy.sparse.csgraph import shortest_path
 
 from mwsp_torch.graphs import GraphSet, as_numpy
 
+__all__ = [
+    "ATTRIBUTE_MODES",
+    "dataset_attribute_columns",
+    "multiscale_attributes",
+    "read_attributes",
+    "split_attribute_columns",
+    "standardisation",
+    "with_attributes",
+]
+
 ATTRIBUTE_MODES = ("node", "multiscale")
 
 

@@ -36,6 +36,22 @@ from torch_geometric.data import Data
 
 from mwsp_torch.graphs import compact_graphs
 
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CSL_SKIPS",
+    "DATA_ROOT_ENV",
+    "DEFAULT_LABELS",
+    "ONE_HOT_LIMIT_BYTES",
+    "TU_DATASETS",
+    "default_labels",
+    "load_dataset",
+    "load_tudataset",
+    "make_csl",
+    "node_label_names",
+    "resolve_cache_dir",
+    "resolve_root",
+]
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock, parallel first runs may race

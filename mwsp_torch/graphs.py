@@ -22,6 +22,16 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data, HeteroData
 
+__all__ = [
+    "CHUNK_NODES",
+    "GraphSet",
+    "as_graph_list",
+    "as_numpy",
+    "compact_graphs",
+    "graph_chunks",
+    "read_graphs",
+]
+
 T = TypeVar("T")
 
 #: Nodes per call of the compiled feature kernels (:func:`graph_chunks`), so that a long

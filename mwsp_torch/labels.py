@@ -30,6 +30,14 @@ from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch.graphs import GraphSet, as_numpy, read_graphs
 
+__all__ = [
+    "LABEL_POLICIES",
+    "LabelScheme",
+    "edge_label_reader",
+    "intern_rows",
+    "to_graph_set",
+]
+
 LABEL_POLICIES = ("auto", "degree", "uniform")
 
 

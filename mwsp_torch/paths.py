@@ -31,6 +31,13 @@ from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 
+__all__ = [
+    "MAX_PATHS",
+    "PATH_MODES",
+    "SMALL_SORT",
+    "node_feature_maps",
+]
+
 PATH_MODES = ("split", "all")
 
 #: Sorts of at most this many entries (a node's paths, nearly always) are insertion sorts

@@ -32,6 +32,20 @@ from pathlib import Path
 import numpy as np
 from sklearn.model_selection import StratifiedKFold, train_test_split
 
+__all__ = [
+    "SPLIT_FORMAT",
+    "Fold",
+    "OuterSplits",
+    "ensure_splits",
+    "labels_sha256",
+    "load_errica_splits",
+    "load_splits",
+    "make_splits",
+    "read_split_file",
+    "save_splits",
+    "sha256_of",
+]
+
 #: Raised whenever the file layout changes; a file of another format is refused.
 SPLIT_FORMAT = 1
 

@@ -28,6 +28,14 @@ import numpy as np
 from numba import njit
 from sklearn.svm import SVC
 
+__all__ = [
+    "LIBSVM_FROM",
+    "SVM_SOLVERS",
+    "accuracy_path",
+    "decision_path",
+    "predict_path",
+]
+
 #: libsvm's floor for a non-positive curvature in the two-variable subproblem.
 _TAU = 1e-12
 #: The solvers the protocols take: ``"path"`` (this module) or ``"libsvm"`` (scikit-learn's SVC).

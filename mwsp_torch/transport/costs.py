@@ -27,6 +27,25 @@ from numba import njit, prange
 
 from mwsp_torch import _aot
 
+__all__ = [
+    "BUFFER_MAX_COLUMNS",
+    "CANCELLATION",
+    "COST_METHODS",
+    "DENSE_GRAM_BYTES",
+    "TABLE_BYTES",
+    "auto_costs",
+    "bank_columns",
+    "cost_buffers",
+    "cost_matrix",
+    "distance_table",
+    "distance_table_bytes",
+    "inverted_costs",
+    "merged_costs",
+    "recomputed_where_cancelled",
+    "row_distance_table",
+    "scattered_costs",
+]
+
 #: Ways to the ground costs of :func:`~mwsp_torch.transport.exact_distances` (``costs=``).
 COST_METHODS = ("auto", "table", "lists", "scattered", "merged")
 

@@ -42,6 +42,13 @@ from mwsp_torch.transport._simplex import (
 )
 from mwsp_torch.transport.exact import resolve_n_jobs
 
+__all__ = [
+    "MASS_UNITS",
+    "PAIRS_PER_RUN",
+    "DenseTransport",
+    "dense_exact_transport",
+]
+
 #: Integer units of mass a problem with given weights is solved in (``2^50``): flows stay
 #: exact integers well inside int64 (the solver keys flows as ``units * 256``).
 MASS_UNITS = 1 << 50

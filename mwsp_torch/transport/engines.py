@@ -10,6 +10,16 @@ from __future__ import annotations
 
 import importlib
 
+__all__ = [
+    "EXACT_ENGINES",
+    "THREAD_TABLE_BYTES",
+    "ExactEngineFallbackWarning",
+    "SinkhornOnCPUWarning",
+    "build_cpu_kernels",
+    "choose_exact_engine",
+    "numba_cuda_available",
+]
+
 EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
 
 #: The largest row-to-row distance table (bytes) that ``exact_engine="auto"`` gives the thread

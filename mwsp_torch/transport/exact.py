@@ -41,6 +41,17 @@ from mwsp_torch.transport.costs import (
 from mwsp_torch.transport.measures import SupportSet, bank_arrays, cancel, pair_supports, shared_bank
 from mwsp_torch.transport.store import TileStore, stored_tiles
 
+__all__ = [
+    "COST_POOL",
+    "PAIR_BLOCK",
+    "PAIR_CHUNK",
+    "RUNS_PER_THREAD",
+    "exact_distances",
+    "numba_threads",
+    "pot_distances",
+    "resolve_n_jobs",
+]
+
 #: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes its own column buffer).
 PAIR_CHUNK = 256
 

@@ -31,6 +31,11 @@ from mwsp_torch.transport.exact import exact_distances, numba_threads
 from mwsp_torch.transport.measures import SupportSet, bank_arrays, cancel_pairs, shared_bank
 from mwsp_torch.transport.sinkhorn import shape_buckets
 
+__all__ = [
+    "batched_exact_distances",
+    "thread_exact_distances",
+]
+
 
 def _table_bank(left: SupportSet, right: SupportSet, table_bytes: int, engine: str) -> sp.csr_matrix:
     """The shared row bank, if its distance table fits ``table_bytes`` (else a ValueError)."""

@@ -23,6 +23,18 @@ from numba import njit, prange
 from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
 
+__all__ = [
+    "RowVocabulary",
+    "SupportSet",
+    "bank_arrays",
+    "cancel",
+    "cancel_pairs",
+    "collapse",
+    "pair_supports",
+    "shared_bank",
+    "upper_pairs",
+]
+
 
 @dataclass(frozen=True)
 class SupportSet:

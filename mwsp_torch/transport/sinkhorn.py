@@ -23,6 +23,13 @@ from mwsp_torch._checks import is_positive_number
 from mwsp_torch.transport.costs import distance_table, distance_table_bytes
 from mwsp_torch.transport.measures import SupportSet, shared_bank
 
+__all__ = [
+    "SINKHORN_BACKENDS",
+    "shape_buckets",
+    "sinkhorn_diameter",
+    "sinkhorn_distances",
+]
+
 #: ``backend=`` of :func:`sinkhorn_distances`.
 SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
 

@@ -19,6 +19,12 @@ import numpy as np
 
 from mwsp_torch.transport.measures import SupportSet, bank_arrays
 
+__all__ = [
+    "TileStore",
+    "checkpoint_directory",
+    "stored_tiles",
+]
+
 
 def checkpoint_directory(directory) -> Path:
     """``directory`` as a ``Path``, refused unless it can hold checkpoint tiles: a non-empty
