@@ -6,12 +6,16 @@ and early-stopped on its validation part, the best is retrained 3 times and scor
 part, and the fold's result is kept as one JSON cell,
 ``--raw-dir/DATASET/METHOD/fold-NN.json`` (profiles other than ``cpu`` under
 ``--raw-dir/profile-NAME/``), so a killed run resumes where it stopped; a cell of another
-grid, budget, seed or split file is refused (``--force`` recomputes it).
+grid, budget, seed or split file is refused (``--force`` recomputes it). GIN with template
+pooling (``--methods gin_pool gin_pool_tree_ids gin_tfgw``, ``docs/pooling.md``) is trained
+and selected by the same code.
 
 Folds: Errica et al.'s own split files (``--splits-dir``, their ``data_splits/``) for NCI1,
 PROTEINS (PROTEINS_full's nodes), DD, ENZYMES, IMDB-BINARY and REDDIT-BINARY (degree folds);
 the project's seed-42 files (``--folds-dir``, drawn there if missing) for the others (MUTAG,
-PTC_MR). Node inputs: :func:`mwsp_torch.gnn.errica_node_features`.
+PTC_MR). Node inputs: :func:`mwsp_torch.gnn.errica_node_features`; ``gin_pool_tree_ids``:
+MWSP's tree IDs fitted on each fold's training graphs
+(:func:`mwsp_torch.gnn_protocol.tree_id_fold_inputs`).
 
 Usage::
 
@@ -40,6 +44,7 @@ from mwsp_torch.gnn_protocol import (
     METHODS,
     PROFILES,
     RETRAINS,
+    TREE_ID_METHODS,
     cell_path,
     grid_settings,
     protocol_of,
@@ -66,14 +71,14 @@ def parse_folds(text: str) -> list[int]:
 
 
 def dataset_inputs(name: str, args):
-    """``(packed node inputs, y, splits)`` of one dataset."""
+    """``(packed node inputs, y, splits, graphs)`` of one dataset."""
     graphs, y = load_dataset(ERRICA_DATA.get(name, name))
     if name in ERRICA_SPLIT_FILES:
         splits = load_errica_splits(Path(args.splits_dir) / ERRICA_SPLIT_FILES[name], y=y)
     else:
         splits = ensure_splits(Path(args.folds_dir) / f"{name}.json", y, name)
     packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)
-    return packed, y, splits
+    return packed, y, splits, graphs
 
 
 def raw_root(args) -> Path:
@@ -97,7 +102,7 @@ def summary(args, names) -> list[str]:
             errica = ERRICA.get(name, {}).get(method)
             theirs = f"  (Errica {errica[0]:.1f} +- {errica[1]:.1f})" if errica else ""
             lines.append(
-                f"{name:14s} {method:9s} {len(accs):2d} folds  {np.mean(accs):5.1f} +- {np.std(accs):4.1f}{theirs}"
+                f"{name:14s} {method:17s} {len(accs):2d} folds  {np.mean(accs):5.1f} +- {np.std(accs):4.1f}{theirs}"
             )
     return lines
 
@@ -106,7 +111,8 @@ def main(argv=None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["MUTAG", "PTC_MR", "IMDB-BINARY", "ENZYMES", "PROTEINS",
                                                           "NCI1"])  # fmt: skip
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=["gin", "baseline"], choices=METHODS,
+                        help="default: gin baseline")  # fmt: skip
     parser.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
     parser.add_argument("--folds", default="0-9", help="outer folds, e.g. 0-9 or 0,2,4-5 (default 0-9)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -147,7 +153,7 @@ def main(argv=None) -> list[str]:
         if name not in loaded:
             loaded.clear()  # one dataset in memory at a time
             loaded[name] = dataset_inputs(name, args)
-        packed, y, splits = loaded[name]
+        packed, y, splits, graphs = loaded[name]
         if f >= len(splits.folds):
             print(f"{name}: no fold {f} (the split file has {len(splits.folds)})", flush=True)
             bar.update(trainings)
@@ -160,7 +166,8 @@ def main(argv=None) -> list[str]:
             bar.set_postfix(epochs=log["epochs"], s_epoch=f"{log['seconds_per_epoch']:.3f}")
             bar.update()
 
-        cell = run_gnn_cell(root, packed, y, splits.folds[f], f, method=method, dataset=name, profile=args.profile,
+        inputs = graphs if method in TREE_ID_METHODS else packed  # tree IDs are fitted per fold
+        cell = run_gnn_cell(root, inputs, y, splits.folds[f], f, method=method, dataset=name, profile=args.profile,
                             seed=args.seed, split_sha256=splits.sha256, force=args.force, on_training=tick,
                             max_epochs=args.max_epochs, patience=args.patience, device=args.device)  # fmt: skip
         runs = ", ".join(f"{a:.1f}" for a in cell["test_accuracies"])

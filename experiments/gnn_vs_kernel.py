@@ -34,7 +34,7 @@ DATASETS = ("MUTAG", "PTC_MR", "ENZYMES", "IMDB-BINARY", "PROTEINS", "NCI1", "DD
 OWN_SPLITS = {"MUTAG", "PTC_MR"}
 #: Datasets whose GNN inputs carry continuous attributes: MWSP runs with them too.
 ATTRIBUTED = {"ENZYMES", "PROTEINS"}
-METHODS = ("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline", "fusion")
+METHODS = ("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline", "fusion", "gin_pool", "gin_pool_tree_ids")
 #: The kernels' grids (``mwsp compare``'s defaults with --attributes-k 0): attribute W costs
 #: several times label W, so mwsp_attributes searches k = 0 only.
 GRID = KernelGrid(attributes=((1, 0), (2, 0), (3, 0)))

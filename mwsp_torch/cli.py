@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--methods",
         nargs="+",
         default=["mwsp", "wl", "sp", "gin", "baseline"],
-        choices=("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline", "fusion"),
+        choices=importlib.import_module("mwsp_torch.compare.methods").METHODS,
         help="methods (default: mwsp wl sp gin baseline; mwsp_attributes where nodes carry attributes; fusion: "
         "MWSP fused with cross-fitted GIN probabilities)",
     )

@@ -41,7 +41,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +52,7 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GINConv, global_add_pool, global_mean_pool
 from tqdm.auto import tqdm
 
+from mwsp_torch.nn import WassersteinPooling
 from mwsp_torch.trees import TreeIDs
 
 READOUTS = ("sum", "mean")
@@ -377,6 +378,51 @@ def errica_node_features(graphs: Sequence[Data], attributes: bool = True) -> lis
     return out
 
 
+def tree_id_features(graphs: Sequence[Data], tree_ids: TreeIDs, attributes: bool = True) -> list[torch.Tensor]:
+    """Per graph, ``[num_nodes, F]`` float32 node inputs from MWSP's canonical tree IDs.
+
+    For each scale ``s = 0..k`` of ``tree_ids`` (a fitted :class:`mwsp_torch.TreeIDs`), the
+    one-hot of each node's index at that scale, ``sizes_[s]`` columns whose first is
+    :data:`mwsp_torch.trees.UNSEEN` (a tree the fit did not see, or, with ``min_graphs``, saw
+    too rarely), the blocks side by side (``F = sum(sizes_)``), preceded by the continuous
+    ``node_attr`` where the graph carries them and ``attributes`` is true, as
+    :func:`errica_node_features` puts them. A linear layer on these inputs is the sum over
+    scales of a learned embedding of each node's tree (plus a bias). Scale 0 is the node
+    label (or degree), so at ``k = 0`` this is Errica et al.'s one-hot input with labels
+    unseen in the fit in a column of their own.
+
+    Args:
+        graphs (Sequence[Data]): the graphs to describe (training graphs or any other).
+        tree_ids (TreeIDs): fitted on the training graphs only; never refitted here.
+        attributes (bool): put ``node_attr`` first where present (default ``True``).
+
+    Returns:
+        list[torch.Tensor]: one float32 matrix per graph.
+
+    Examples:
+        >>> import torch
+        >>> from torch_geometric.data import Data
+        >>> from mwsp_torch import TreeIDs
+        >>> path = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), num_nodes=3,
+        ...             node_label=torch.tensor([0, 0, 0]))
+        >>> fitted = TreeIDs(k=1).fit([path])
+        >>> fitted.sizes_, tree_id_features([path], fitted)[0].tolist()
+        ([2, 3], [[0.0, 1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0, 0.0]])
+    """
+    if not hasattr(tree_ids, "known_"):
+        raise ValueError("tree_id_features needs a fitted TreeIDs: call fit(training graphs) first")
+    offsets = np.concatenate([[0], np.cumsum(tree_ids.sizes_)[:-1]]).astype(np.int64)
+    width = int(sum(tree_ids.sizes_))
+    out = []
+    for data in graphs:
+        index = torch.from_numpy(tree_ids.indices(tree_ids.raw_ids(data)) + offsets)
+        one_hot = torch.zeros(index.shape[0], width).scatter_(1, index, 1.0)
+        if attributes and "node_attr" in data:
+            one_hot = torch.cat([data.node_attr.float(), one_hot], dim=1)
+        out.append(one_hot)
+    return out
+
+
 @dataclass
 class GraphBatch:
     """A mini-batch as the models here read it: node inputs ``x [N, F]``, ``edge_index [2, E]``
@@ -548,30 +594,54 @@ class ErricaGIN(nn.Module):
         super().__init__()
         if aggregation not in READOUTS:
             raise ValueError(f"aggregation must be one of {READOUTS}, got {aggregation!r}")
-        if not hidden_units:
-            raise ValueError("hidden_units needs at least one layer width")
-        dims = [int(hidden_units[0])] + [int(h) for h in hidden_units]
         self.aggregation, self.dropout = aggregation, float(dropout)
-        self.first = _mlp2(in_dim, dims[0])
-        self.mlps = nn.ModuleList(_mlp2(dims[i - 1], dims[i]) for i in range(1, len(dims)))
-        if train_eps:
-            self.eps = nn.Parameter(torch.zeros(len(self.mlps)))
-        else:
-            self.register_buffer("eps", torch.zeros(len(self.mlps)))
+        dims = _gin_stages(self, in_dim, hidden_units, train_eps)
         self.linears = nn.ModuleList(nn.Linear(d, num_classes) for d in dims)
+
+    def node_states(self, x: torch.Tensor, edge_index: torch.Tensor) -> list[torch.Tensor]:
+        """Each stage's ``[N, width]`` node states: the first MLP's, then every GIN layer's."""
+        return list(_gin_node_states(self, x, edge_index))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
         drop = nn.functional.dropout
-        h = self.first(x)
-        out = drop(_readout(self.linears[0](h), batch, num_graphs, self.aggregation), self.dropout, self.training)
-        src, dst = edge_index[0], edge_index[1]
-        for layer, mlp in enumerate(self.mlps):
-            # GINConv's sum of the neighbours' states (messages flow source -> target).
-            neighbours = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src))  # 7x h[src]
-            h = mlp((1 + self.eps[layer]) * h + neighbours)
-            pooled = _readout(h, batch, num_graphs, self.aggregation)
-            out = out + drop(self.linears[layer + 1](pooled), self.dropout, self.training)
+        out = None
+        # Each stage read out as soon as it is computed: the order autograd sums gradients in.
+        for stage, h in enumerate(_gin_node_states(self, x, edge_index)):
+            if stage == 0:
+                out = drop(_readout(self.linears[0](h), batch, num_graphs, self.aggregation), self.dropout,
+                           self.training)  # fmt: skip
+            else:
+                pooled = _readout(h, batch, num_graphs, self.aggregation)
+                out = out + drop(self.linears[stage](pooled), self.dropout, self.training)
         return out
+
+
+def _gin_stages(module: nn.Module, in_dim: int, hidden_units: Sequence[int], train_eps: bool) -> list[int]:
+    """Give ``module`` Errica et al.'s GIN stages (``first``, ``mlps``, ``eps``), built in
+    this order (so seeded weights are the same wherever they are built); returns each stage's width."""
+    if not hidden_units:
+        raise ValueError("hidden_units needs at least one layer width")
+    dims = [int(hidden_units[0])] + [int(h) for h in hidden_units]
+    module.first = _mlp2(in_dim, dims[0])
+    module.mlps = nn.ModuleList(_mlp2(dims[i - 1], dims[i]) for i in range(1, len(dims)))
+    if train_eps:
+        module.eps = nn.Parameter(torch.zeros(len(module.mlps)))
+    else:
+        module.register_buffer("eps", torch.zeros(len(module.mlps)))
+    return dims
+
+
+def _gin_node_states(module: nn.Module, x: torch.Tensor, edge_index: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The node states of :func:`_gin_stages`' stages, one at a time: ``first(x)``, then
+    ``h' = MLP((1 + eps) h + sum of neighbours' h)`` per GIN layer."""
+    h = module.first(x)
+    yield h
+    src, dst = edge_index[0], edge_index[1]
+    for layer, mlp in enumerate(module.mlps):
+        # GINConv's sum of the neighbours' states (messages flow source -> target).
+        neighbours = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src))  # 7x h[src]
+        h = mlp((1 + module.eps[layer]) * h + neighbours)
+        yield h
 
 
 class MolecularFingerprint(nn.Module):
@@ -617,6 +687,94 @@ class DeepMultisets(nn.Module):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
         h = _readout(torch.relu(self.vertex(x)), batch, num_graphs, "sum")
         return self.global2(torch.relu(self.global1(h)))
+
+
+#: ``pooling=`` of :class:`GINTemplatePooling`: exact W (:class:`mwsp_torch.nn.WassersteinPooling`)
+#: or POT's fused Gromov-Wasserstein (``ot.gnn.TFGWPooling``).
+TEMPLATE_POOLINGS = ("wasserstein", "tfgw")
+
+
+class GINTemplatePooling(nn.Module):
+    """GIN whose readout is template pooling: the graph read out as its distances to learned templates.
+
+    The node side is Errica et al.'s GIN (:class:`ErricaGIN`'s stages, built by the same
+    code: a first two-layer MLP, then one GIN layer per entry of ``hidden_units``). Where
+    their GIN reads every stage out by a sum and maps each to class scores, here every
+    stage's node states are concatenated (``[N, hidden_units[0] + sum(hidden_units)]``), so
+    the pooling sees what their readouts saw, and each graph, the uniform measure on its
+    nodes' embeddings, is read out as its distances to ``num_templates`` learned templates:
+
+    - ``pooling="wasserstein"``: the exact W to point clouds of ``template_size`` points
+      (:class:`mwsp_torch.nn.WassersteinPooling`, the OT-GNN readout of Becigneul et al.,
+      2020), ground cost ``cost`` (MWSP's Euclidean by default), template weights uniform;
+    - ``pooling="tfgw"``: POT's ``ot.gnn.TFGWPooling`` (Vincent-Cuaz et al., 2022), the
+      fused Gromov-Wasserstein distance to templates with features, adjacency and node
+      weights of their own (its defaults: weights and ``alpha`` learned).
+
+    The ``[G, num_templates]`` distances go to an MLP, ``Linear(T, hidden_units[-1])``, ReLU,
+    dropout, ``Linear(hidden_units[-1], num_classes)``, as they are (no normalisation, as POT's
+    TFGW example). Why this shape: only the readout differs from the GIN it is tested against,
+    so a difference between the two rows is the readout's, not the node encoder's.
+
+    Args:
+        in_dim (int): node input width.
+        num_classes (int): classes.
+        hidden_units (Sequence[int]): widths of the GIN layers (default ``(64, 64, 64, 64)``).
+        train_eps (bool): learn GIN's ``eps`` (default ``True``).
+        dropout (float): dropout before the MLP's output layer (default ``0.5``).
+        num_templates (int): templates ``T`` (default ``10``).
+        template_size (int): points (nodes) per template ``m`` (default ``10``).
+        pooling (str): ``"wasserstein"`` (default) or ``"tfgw"``.
+        cost (str): the Wasserstein pooling's ground cost (default ``"euclidean"``).
+        n_jobs (int): the Wasserstein pooling's solver threads (default ``1``).
+
+    Example:
+        >>> import torch
+        >>> model = GINTemplatePooling(3, 2, hidden_units=[8], num_templates=4, template_size=3)
+        >>> x, edge_index = torch.eye(3)[[0, 1, 2, 0]], torch.tensor([[0, 1, 2], [1, 2, 3]])
+        >>> model(x, edge_index, torch.tensor([0, 0, 1, 1]), 2).shape
+        torch.Size([2, 2])
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        hidden_units: Sequence[int] = (64, 64, 64, 64),
+        train_eps: bool = True,
+        dropout: float = 0.5,
+        num_templates: int = 10,
+        template_size: int = 10,
+        pooling: str = "wasserstein",
+        cost: str = "euclidean",
+        n_jobs: int = 1,
+    ) -> None:
+        super().__init__()
+        if pooling not in TEMPLATE_POOLINGS:
+            raise ValueError(f"pooling must be one of {TEMPLATE_POOLINGS}, got {pooling!r}")
+        dims = _gin_stages(self, in_dim, hidden_units, train_eps)
+        self.pooling = pooling
+        width = sum(dims)
+        if pooling == "wasserstein":
+            self.pool = WassersteinPooling(width, num_templates, template_size, cost=cost, n_jobs=n_jobs)
+        else:
+            from ot.gnn import TFGWPooling  # POT: an optional dependency of this one model
+
+            self.pool = TFGWPooling(width, n_tplt=num_templates, n_tplt_nodes=template_size)
+        self.mlp = nn.Sequential(
+            nn.Linear(num_templates, dims[-1]), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dims[-1], num_classes)
+        )
+
+    def node_embeddings(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """``[N, hidden_units[0] + sum(hidden_units)]``: every stage's node states, concatenated."""
+        return torch.cat(list(_gin_node_states(self, x, edge_index)), dim=1)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, num_graphs: int):
+        h = self.node_embeddings(x, edge_index)
+        distances = self.pool(h, edge_index, batch) if self.pooling == "tfgw" else self.pool(h, batch)
+        if distances.shape[0] != num_graphs:
+            raise ValueError(f"template pooling read {distances.shape[0]} graphs out of {num_graphs}: an empty graph?")
+        return self.mlp(distances)
 
 
 MONITORS = ("accuracy", "loss")

@@ -42,23 +42,29 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from mwsp_torch.compare.methods import GNN_METHODS, POOLING_METHODS
 from mwsp_torch.gnn import (
     DeepMultisets,
     ErricaGIN,
+    GINTemplatePooling,
     MolecularFingerprint,
     PackedGraphs,
     errica_node_features,
     evaluate,
     fit_classifier,
+    tree_id_features,
 )
 from mwsp_torch.splits import Fold
+from mwsp_torch.trees import TreeIDs
 
 __all__ = [
     "BASELINE_FAMILY",
     "ERRICA_DATA",
     "ERRICA_SPLIT_FILES",
     "METHODS",
+    "POOLING_METHODS",
     "PROFILES",
+    "TREE_ID_METHODS",
     "CellMismatchError",
     "build_model",
     "cell_path",
@@ -66,9 +72,13 @@ __all__ = [
     "protocol_of",
     "run_gnn_cell",
     "run_gnn_fold",
+    "tree_id_fold_inputs",
 ]
 
-METHODS = ("gin", "baseline")
+#: ``gin``, ``baseline`` and the template-pooling GINs (:data:`POOLING_METHODS`).
+METHODS = GNN_METHODS
+#: The methods whose node inputs are MWSP's tree IDs, fitted on each fold's training graphs.
+TREE_ID_METHODS = ("gin_pool_tree_ids",)
 
 #: Errica et al.'s split file of each dataset, relative to their ``data_splits/`` folder
 #: (``../shared/errica_splits`` here); the social datasets use their degree-feature folds.
@@ -89,6 +99,16 @@ ERRICA_DATA = {"PROTEINS": "PROTEINS_full"}
 BASELINE_FAMILY = {"ENZYMES": "enzymes", "IMDB-BINARY": "imdb", "REDDIT-BINARY": "social"}
 
 _GIN_FIXED = {"lr": 0.01, "weight_decay": 0.0, "step_size": 50, "gamma": 0.5}
+#: The template-pooling GINs train as GIN does; what they fix beyond it: the pooling (exact W
+#: with MWSP's Euclidean cost and uniform template weights, or POT's TFGW with its defaults)
+#: and, for tree-ID inputs, the scales (0..2, MWSP's k grid) and that a tree at scale >= 1
+#: held by fewer than 2 training graphs is "unseen" (so that row is trained).
+_POOL_FIXED = {
+    "gin_pool": {**_GIN_FIXED, "pooling": "wasserstein", "cost": "euclidean"},
+    "gin_pool_tree_ids": {**_GIN_FIXED, "pooling": "wasserstein", "cost": "euclidean", "tree_ids_k": 2,
+                          "tree_ids_min_graphs": 2},
+    "gin_tfgw": {**_GIN_FIXED, "pooling": "tfgw"},
+}  # fmt: skip
 _BASELINE_FIXED = {"step_size": None, "gamma": 1.0}
 
 #: ``config_GIN.yml``: 2 x 4 x 2 x 2 x 2 x 2 = 128 settings.
@@ -137,6 +157,16 @@ _GIN_CPU_GRID = {
     "dropout": [0.5, 0.0],
     "monitor": ["accuracy"],
 }
+
+
+def _pooling_grid(gin_grid: dict) -> dict:
+    """A GIN grid for a template-pooling GIN: its settings without ``aggregation`` (the
+    readout it replaces), crossed with the templates: ``T = 10`` templates of ``m = 10`` points,
+    POT's TFGW example's count and the issue's benchmark size, fixed before any fold was scored."""
+    grid = {key: values for key, values in gin_grid.items() if key != "aggregation"}
+    return {**grid, "num_templates": [10], "template_size": [10]}
+
+
 #: The CPU subset of every baseline family's grid (2 settings): the values all four families
 #: share (batch 32, lr 1e-3, l2 1e-4, hidden 32 or 128), stopping on validation accuracy.
 _BASELINE_CPU = {"batch_size": [32], "hidden_units": [32, 128], "lr": [1e-3], "weight_decay": [1e-4],
@@ -144,18 +174,24 @@ _BASELINE_CPU = {"batch_size": [32], "hidden_units": [32, 128], "lr": [1e-3], "w
 
 #: Profiles: per method, ``grid`` (or ``None``: the dataset's own family's), ``max_epochs``,
 #: ``patience``. The baseline's grid is completed by :func:`protocol_of` with its model.
+#: The template-pooling GINs take GIN's grid (less ``aggregation``) and budget in every profile:
+#: ``cpu``, 4 settings (batch 128, hidden {[64]x4, [32,32]}, trained eps, dropout {0.5, 0},
+#: stopper on accuracy, T = m = 10), 300 epochs.
 PROFILES = {
     "errica": {
         "gin": {"grid": _GIN_GRID, "max_epochs": 1000, "patience": 500},
         "baseline": {"grid": None, "max_epochs": None, "patience": 500},
+        **{m: {"grid": _pooling_grid(_GIN_GRID), "max_epochs": 1000, "patience": 500} for m in POOLING_METHODS},
     },
     "cpu": {
         "gin": {"grid": _GIN_CPU_GRID, "max_epochs": 300, "patience": 500},
         "baseline": {"grid": _BASELINE_CPU, "max_epochs": 1000, "patience": 500},
+        **{m: {"grid": _pooling_grid(_GIN_CPU_GRID), "max_epochs": 300, "patience": 500} for m in POOLING_METHODS},
     },
     "cpu-1000": {
         "gin": {"grid": _GIN_CPU_GRID, "max_epochs": 1000, "patience": 500},
         "baseline": {"grid": _BASELINE_CPU, "max_epochs": 3000, "patience": 500},
+        **{m: {"grid": _pooling_grid(_GIN_CPU_GRID), "max_epochs": 1000, "patience": 500} for m in POOLING_METHODS},
     },
 }
 
@@ -183,7 +219,7 @@ def protocol_of(method: str, dataset: str | None = None, profile: str = "cpu") -
     """The grid, fixed training parameters and budget of ``method`` on ``dataset`` under ``profile``.
 
     Args:
-        method (str): ``"gin"`` or ``"baseline"``.
+        method (str): one of :data:`METHODS`.
         dataset (str, optional): the dataset's name, which picks the baseline's family
             (:data:`BASELINE_FAMILY`; default: chemical).
         profile (str): a key of :data:`PROFILES` (default ``"cpu"``).
@@ -202,8 +238,9 @@ def protocol_of(method: str, dataset: str | None = None, profile: str = "cpu") -
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     spec = PROFILES[profile][method]
-    if method == "gin":
-        return {"grid": spec["grid"], "fixed": dict(_GIN_FIXED), "max_epochs": spec["max_epochs"],
+    if method == "gin" or method in POOLING_METHODS:
+        fixed = dict(_GIN_FIXED) if method == "gin" else dict(_POOL_FIXED[method])
+        return {"grid": spec["grid"], "fixed": fixed, "max_epochs": spec["max_epochs"],
                 "patience": spec["patience"], "profile": profile}  # fmt: skip
     family_grid, family_epochs = _BASELINE_GRIDS[BASELINE_FAMILY.get(dataset or "", "chemical")]
     grid = family_grid if spec["grid"] is None else {"model": family_grid["model"], **spec["grid"]}
@@ -211,12 +248,24 @@ def protocol_of(method: str, dataset: str | None = None, profile: str = "cpu") -
             "patience": spec["patience"], "profile": profile}  # fmt: skip
 
 
-def build_model(method: str, setting: dict, in_dim: int, num_classes: int) -> torch.nn.Module:
+def build_model(
+    method: str, setting: dict, in_dim: int, num_classes: int, fixed: dict | None = None
+) -> torch.nn.Module:
     """The model of one grid setting: :class:`~mwsp_torch.gnn.ErricaGIN` for ``"gin"``, the
-    baseline its ``setting["model"]`` names for ``"baseline"``."""
+    baseline its ``setting["model"]`` names for ``"baseline"``, and for the template-pooling
+    methods :class:`~mwsp_torch.gnn.GINTemplatePooling` with the pooling of ``fixed`` (default:
+    the method's), its Wasserstein solver on torch's thread count (the result does not depend on it)."""
     if method == "gin":
         return ErricaGIN(in_dim, num_classes, hidden_units=setting["hidden_units"], train_eps=setting["train_eps"],
                          aggregation=setting["aggregation"], dropout=setting["dropout"])  # fmt: skip
+    if method in POOLING_METHODS:
+        fixed = _POOL_FIXED[method] if fixed is None else fixed
+        return GINTemplatePooling(
+            in_dim, num_classes, hidden_units=setting["hidden_units"], train_eps=setting["train_eps"],
+            dropout=setting["dropout"], num_templates=setting["num_templates"],
+            template_size=setting["template_size"], pooling=fixed["pooling"], cost=fixed.get("cost", "euclidean"),
+            n_jobs=torch.get_num_threads(),
+        )  # fmt: skip
     if method == "baseline":
         model = {"molecular_fingerprint": MolecularFingerprint, "deep_multisets": DeepMultisets}[setting["model"]]
         return model(in_dim, num_classes, hidden_units=setting["hidden_units"])
@@ -225,7 +274,7 @@ def build_model(method: str, setting: dict, in_dim: int, num_classes: int) -> to
 
 def _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed, device):
     torch.manual_seed(seed)
-    model = build_model(method, setting, in_dim, num_classes)
+    model = build_model(method, setting, in_dim, num_classes, fixed if method in POOLING_METHODS else None)
     if method == "baseline" and setting["model"] == "molecular_fingerprint":
         train, validation = train.pooled(), validation.pooled()  # it reads only each graph's sum
     log = fit_classifier(
@@ -287,12 +336,14 @@ def run_gnn_fold(
     Args:
         graphs (Sequence[Data] | PackedGraphs): the dataset's graphs, whose node inputs are
             :func:`~mwsp_torch.gnn.errica_node_features` (computed here from ``Data``), or
-            already packed node inputs (indexed as ``y``).
+            already packed node inputs (indexed as ``y``). The tree-ID methods
+            (:data:`TREE_ID_METHODS`) take ``Data`` only: their inputs are fitted here, on the
+            fold's training part (:func:`tree_id_fold_inputs`).
         y: ``[n]`` class labels.
         fold (Fold | dict): the outer fold: a :class:`mwsp_torch.splits.Fold` (its
             ``inner_train``, ``validation``, ``test``), or a dict of ``train`` (the inner
             training part), ``validation`` and ``test`` indices.
-        method (str): ``"gin"`` or ``"baseline"`` (default ``"gin"``).
+        method (str): one of :data:`METHODS` (default ``"gin"``).
         dataset (str, optional): the dataset's name (picks the baseline's family).
         profile (str): grid and budget, a key of :data:`PROFILES` (default ``"cpu"``).
         grid (dict, optional): a grid of its own instead of the profile's (same keys).
@@ -310,7 +361,8 @@ def run_gnn_fold(
         ``seconds``); ``selected`` (the setting) and ``selected_index``; ``retrains`` (each
         with ``seed``, ``test_accuracy``, ``validation_accuracy``, ``best_epoch``,
         ``epochs``, ``seconds``, ``test_predictions``); ``test_accuracies``, ``accuracy``
-        (their mean, percent), ``test_indices``, ``seconds_selection``, ``seconds_retrain``.
+        (their mean, percent), ``test_indices``, ``seconds_selection``, ``seconds_retrain``;
+        for a tree-ID method, ``tree_id_sizes`` (the fitted table sizes, unseen row included).
 
     Raises:
         ValueError: naming the fold's fault (an empty part, parts that meet, an index out
@@ -340,15 +392,26 @@ def run_gnn_fold(
     settings = grid_settings(protocol["grid"])
     if not settings:
         raise ValueError("the grid has no setting")
-    if isinstance(graphs, PackedGraphs):
+    if not isinstance(graphs, PackedGraphs) and len(graphs) != len(y):
+        raise ValueError(f"{len(graphs)} graphs but {len(y)} labels")
+    train_idx, valid_idx, test_idx = _fold_parts(fold, len(y), f"{dataset or 'dataset'} fold")
+    tree_ids = None
+    if method in TREE_ID_METHODS:
+        if isinstance(graphs, PackedGraphs):
+            raise ValueError(
+                f"{method} reads tree IDs fitted on each fold's training graphs: pass the graphs (Data), not "
+                "PackedGraphs"
+            )
+        fixed = protocol["fixed"]
+        packed, tree_ids = tree_id_fold_inputs(
+            graphs, y, train_idx, k=fixed["tree_ids_k"], min_graphs=fixed["tree_ids_min_graphs"]
+        )
+    elif isinstance(graphs, PackedGraphs):
         packed = graphs
     else:
-        if len(graphs) != len(y):
-            raise ValueError(f"{len(graphs)} graphs but {len(y)} labels")
         packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)
     if len(packed) != len(y):
         raise ValueError(f"{len(packed)} packed graphs but {len(y)} labels")
-    train_idx, valid_idx, test_idx = _fold_parts(fold, len(y), f"{dataset or 'dataset'} fold")
     num_classes = int(y.max()) + 1
     in_dim = int(packed.x.shape[1])
     # The labels the training code sees: the test part's are never read before scoring.
@@ -385,6 +448,7 @@ def run_gnn_fold(
         if on_training is not None:
             on_training(f"retrain {r}/{RETRAINS}", log)
     tests = [r["test_accuracy"] for r in retrains]
+    extra = {} if tree_ids is None else {"tree_id_sizes": list(tree_ids.sizes_)}
     return {
         "device": str(device),
         "method": method,
@@ -404,7 +468,33 @@ def run_gnn_fold(
         "test_indices": test_idx.tolist(),
         "seconds_selection": seconds_selection,
         "seconds_retrain": time.perf_counter() - start,
+        **extra,
     }
+
+
+def tree_id_fold_inputs(
+    graphs: Sequence[Data], y, train_index, *, k: int = 2, min_graphs: int = 2
+) -> tuple[PackedGraphs, TreeIDs]:
+    """One fold's tree-ID node inputs: a :class:`mwsp_torch.TreeIDs` fitted on the graphs
+    ``train_index`` only (those the networks train on; never the validation or test graphs),
+    and every graph described by it (:func:`mwsp_torch.gnn.tree_id_features`): a tree the
+    fit did not see, or saw in fewer than ``min_graphs`` training graphs, is the "unseen"
+    column of its scale.
+
+    Args:
+        graphs (Sequence[Data]): the dataset's graphs.
+        y: ``[n]`` class labels (packed beside the inputs; not read by the fit).
+        train_index: the fold's inner training part.
+        k (int): deepest scale (default ``2``).
+        min_graphs (int): as :class:`mwsp_torch.TreeIDs` (default ``2``).
+
+    Returns:
+        ``(PackedGraphs of all graphs, the fitted TreeIDs)``.
+    """
+    train_index = np.asarray(train_index, dtype=np.int64).reshape(-1)
+    tree_ids = TreeIDs(k=k, min_graphs=min_graphs).fit([graphs[int(i)] for i in train_index])
+    x = tree_id_features(graphs, tree_ids)
+    return PackedGraphs(x, [g.edge_index for g in graphs], y), tree_ids
 
 
 def cell_path(root: str | os.PathLike, dataset: str, method: str, fold: int) -> Path:

@@ -6,6 +6,11 @@ project's seed-42 file, :mod:`mwsp_torch.splits`), and every row carries its SHA
 - **GNNs** (``gin``, ``baseline``): Errica et al.'s protocol (:mod:`mwsp_torch.gnn_protocol`):
   each setting trained on a fold's inner training part and early-stopped on its validation
   part, the best retrained 3 times, tested once.
+- **Template pooling** (``gin_pool``, ``gin_pool_tree_ids``, ``gin_tfgw``): GIN whose readout
+  is the graph's exact Wasserstein distances to learned templates
+  (:class:`mwsp_torch.nn.WassersteinPooling`), on one-hot labels or on MWSP's tree IDs fitted
+  on each fold's training graphs, or POT's TFGW distances; trained and selected as GIN, by
+  the same code, and tested against GIN.
 - **Kernels** (``mwsp``, ``mwsp_attributes``, ``wl``, ``sp``, :mod:`~mwsp_torch.compare.kernels`):
   the nested protocol on the same outer folds, ``(setting, lam, C)`` chosen by inner 5-fold
   cross-validation of the outer training part (train and validation together).
@@ -27,25 +32,33 @@ Examples:
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-from tqdm.auto import tqdm
+from mwsp_torch.compare.methods import (
+    DEFAULT_METHODS,
+    FUSION_METHODS,
+    GNN_METHODS,
+    KERNEL_METHODS,
+    METHODS,
+    POOLING_METHODS,
+)
 
-from mwsp_torch.compare.fusion import FusionGrid, run_fusion_cell
-from mwsp_torch.compare.kernels import KERNEL_METHODS, KernelGrid, run_kernel_cell
-from mwsp_torch.compare.report import ERRICA_PUBLISHED, best_pairs, method_row, paired_rows, write_report
-from mwsp_torch.compare.stats import paired_test
+if TYPE_CHECKING:
+    from mwsp_torch.compare.fusion import FusionGrid
+    from mwsp_torch.compare.kernels import KernelGrid
 
 __all__ = [
     "DEFAULT_METHODS",
     "ERRICA_PUBLISHED",
     "FUSION_METHODS",
+    "GNN_METHODS",
     "KERNEL_METHODS",
     "METHODS",
+    "POOLING_METHODS",
     "FusionGrid",
     "KernelGrid",
     "compare",
@@ -53,10 +66,22 @@ __all__ = [
     "paired_test",
 ]
 
-GNN_METHODS = ("gin", "baseline")
-FUSION_METHODS = ("fusion",)
-METHODS = KERNEL_METHODS + GNN_METHODS + FUSION_METHODS
-DEFAULT_METHODS = ("mwsp", "wl", "sp", "gin", "baseline")
+#: The public names of the submodules, imported on first use (PEP 562), so that the method
+#: names (:mod:`~mwsp_torch.compare.methods`) cost no import of numpy, torch or scikit-learn.
+_EXPORTS = {
+    "ERRICA_PUBLISHED": "mwsp_torch.compare.report",
+    "FusionGrid": "mwsp_torch.compare.fusion",
+    "KernelGrid": "mwsp_torch.compare.kernels",
+    "paired_test": "mwsp_torch.compare.stats",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mwsp_torch.compare' has no attribute {name!r}")
 
 
 def comparison_data(dataset: str, data_root=None, splits: str | Path | None = None, seed: int = 42):
@@ -67,6 +92,8 @@ def comparison_data(dataset: str, data_root=None, splits: str | Path | None = No
     et al.'s file for their datasets (``$MWSP_ERRICA_SPLITS`` or ``../shared/errica_splits``
     beside the data root), else the project's file drawn by ``seed`` under the cache
     directory."""
+    import numpy as np
+
     from mwsp_torch.datasets import default_labels, load_dataset, resolve_cache_dir
     from mwsp_torch.gnn_protocol import ERRICA_DATA, ERRICA_SPLIT_FILES
     from mwsp_torch.splits import ensure_splits, load_errica_splits, read_split_file
@@ -143,8 +170,16 @@ def compare(
         dict with ``rows`` (:func:`~mwsp_torch.compare.report.method_row`), ``tests``
         (paired tests) and ``paths`` (the report's files).
     """
+    from dataclasses import replace
+
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    from mwsp_torch.compare.fusion import FusionGrid, run_fusion_cell
+    from mwsp_torch.compare.kernels import KernelGrid, run_kernel_cell
+    from mwsp_torch.compare.report import best_pairs, method_row, paired_rows, write_report
     from mwsp_torch.gnn import PackedGraphs, errica_node_features
-    from mwsp_torch.gnn_protocol import run_gnn_cell
+    from mwsp_torch.gnn_protocol import TREE_ID_METHODS, run_gnn_cell
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -171,10 +206,12 @@ def compare(
             continue
         if packed is None:
             packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)
+        # Tree-ID inputs are fitted per fold, on its training graphs, so they take the graphs.
+        inputs = graphs if method in TREE_ID_METHODS else packed
         for f in tqdm(
             wanted, desc=f"{dataset} {method}", unit="fold", disable=None if progress is None else not progress
         ):
-            run_gnn_cell(root, packed, y, outer.folds[f], f, method=method, dataset=dataset, profile=profile,
+            run_gnn_cell(root, inputs, y, outer.folds[f], f, method=method, dataset=dataset, profile=profile,
                          split_sha256=outer.sha256, force=force, max_epochs=max_epochs,
                          patience=patience)  # fmt: skip
     rows = [row for m in methods if (row := method_row(root, dataset, m, len(outer.folds))) is not None]

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.cache import cached_distances, graphs_fingerprint
+from mwsp_torch.compare.methods import KERNEL_METHODS
 from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS, Precomputed, nested_protocol
 from mwsp_torch.labels import to_graph_set
@@ -34,7 +35,6 @@ from mwsp_torch.splits import OuterSplits
 
 __all__ = ["KERNEL_METHODS", "KernelGrid", "grakel_kernel", "kernel_cell_path", "kernel_settings", "run_kernel_cell"]
 
-KERNEL_METHODS = ("mwsp", "mwsp_attributes", "wl", "sp")
 #: Raised whenever a kernel cell's content changes meaning.
 CELL_FORMAT = 1
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.compare.kernels import KERNEL_METHODS, kernel_cell_path
+from mwsp_torch.compare.methods import POOLING_METHODS
 from mwsp_torch.compare.stats import paired_test
 
 __all__ = ["ERRICA_PUBLISHED", "method_row", "paired_rows", "write_report"]
@@ -91,8 +92,9 @@ def paired_rows(rows: list[dict], n_train: float, n_test: float, pairs: list[tup
 
 def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
     """The pairs a table tests: the best kernel against the best GNN, ``fusion`` against the
-    better of its parents (``mwsp``, ``gin``), and every other method against the best of all
-    (rows with every fold only)."""
+    better of its parents (``mwsp``, ``gin``), each template-pooling GIN against ``gin`` (the
+    network whose readout it replaces), and every other method against the best of all (rows
+    with every fold only)."""
     whole = [row for row in rows if row["folds_done"] == row["folds"]]
     if len(whole) < 2:
         return []
@@ -104,6 +106,8 @@ def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
     parents = [r for r in whole if r["method"] in ("mwsp", "gin")]
     if parents and any(r["method"] == "fusion" for r in whole):
         pairs.append(("fusion", max(parents, key=_mean)["method"]))
+    if any(r["method"] == "gin" for r in whole):
+        pairs += [(r["method"], "gin") for r in whole if r["method"] in POOLING_METHODS]
     best = max(whole, key=_mean)["method"]
     tested = {frozenset(pair) for pair in pairs}
     for row in whole:
