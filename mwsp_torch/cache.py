@@ -19,10 +19,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import clone
 
 from mwsp_torch.attributes import read_attributes
 from mwsp_torch.datasets import resolve_cache_dir
-from mwsp_torch.estimator import MWSP
 from mwsp_torch.graphs import as_graph_list
 from mwsp_torch.labels import LabelScheme, to_graph_set
 
@@ -32,39 +32,21 @@ CACHE_FORMAT = 1
 
 
 def cached_distances(
-    graphs,
-    dataset: str,
-    d: int,
-    k: int,
-    paths: str = "split",
-    labels: str = "auto",
-    solver: str = "exact",
-    blur: float = 0.01,
-    scaling: float = 0.99,
-    sinkhorn_backend: str = "auto",
-    n_jobs: int = -1,
-    device: str = "cpu",
-    exact_engine: str = "auto",
-    checkpoint: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    progress: bool = False,
-    client=None,
-    edge_labels: bool = False,
-    attributes: str | None = None,
-    beta: float = 1.0,
+    model, graphs, dataset: str, *, cache_dir: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, dict]:
-    """W for one setting, read from the cache when this exact setting was computed before.
+    """W of ``model`` on ``graphs``, read from the cache when this exact setting was computed before.
 
     Args:
+        model (MWSP): the setting. What decides W (:meth:`MWSP.feature_settings
+            <mwsp_torch.MWSP.feature_settings>`: ``d``, ``k``, ``paths``, ``labels``, the solver
+            with Sinkhorn's ``blur`` and ``scaling``, the extensions when on) is part of the key;
+            how it is computed (engine, ``device``, ``n_jobs``, ``checkpoint``, ``progress``,
+            ``client``) is not: the exact engines agree to 1e-9, and so do the Sinkhorn
+            backends, all in float64. A clone of it is fitted on a miss; ``model`` itself is
+            left as it is.
         graphs: the dataset's graphs (their number and content, as :func:`graphs_fingerprint`
             reads it, are part of the key).
         dataset (str): name, part of the key and the file name.
-        d, k, paths, labels, solver, blur, scaling, edge_labels, attributes, beta: as in
-            :class:`mwsp_torch.MWSP` (the extensions enter the key only when on, so label-only
-            matrices keep their keys).
-        n_jobs, device, exact_engine, sinkhorn_backend, checkpoint, progress, client: how to compute
-            it (not part of the key: the exact engines agree to 1e-9, and so do the Sinkhorn
-            backends, all in float64).
         cache_dir (str, optional): default ``$MWSP_CACHE_DIR`` or ``~/.cache/mwsp_torch``.
 
     Returns:
@@ -76,25 +58,6 @@ def cached_distances(
         ValueError: for a bad parameter, as :class:`mwsp_torch.MWSP` does, or for a bad
             graph, naming its index, as :func:`mwsp_torch.labels.to_graph_set` does.
     """
-    model = MWSP(
-        d=d,
-        k=k,
-        paths=paths,
-        solver=solver,
-        labels=labels,
-        device=device,
-        exact_engine=exact_engine,
-        n_jobs=n_jobs,
-        blur=blur,
-        scaling=scaling,
-        sinkhorn_backend=sinkhorn_backend,
-        checkpoint=checkpoint,
-        progress=progress,
-        client=client,
-        edge_labels=edge_labels,
-        attributes=attributes,
-        beta=beta,
-    )
     model.validate_params()  # a cache hit must not let bad parameters pass unseen
     if not isinstance(dataset, str) or not dataset or Path(dataset).name != dataset or dataset in (".", ".."):
         raise ValueError(f"dataset must be a plain name (it names the cache file), got {dataset!r}")
@@ -106,14 +69,16 @@ def cached_distances(
             "format": CACHE_FORMAT,
             **model.feature_settings(),
             "graphs": graphs_fingerprint(
-                graphs, labels=labels, edge_labels=edge_labels, attributes=attributes is not None
+                graphs, labels=model.labels, edge_labels=model.edge_labels, attributes=model.attributes is not None
             ),
         },
         sort_keys=True,
     )
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    extensions = ("-edges" if edge_labels else "") + (f"-{attributes}{float(beta):g}" if attributes else "")
-    path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{d}-k{k}{extensions}-{digest}.npz"
+    extensions = ("-edges" if model.edge_labels else "") + (
+        f"-{model.attributes}{float(model.beta):g}" if model.attributes else ""
+    )
+    path = resolve_cache_dir(cache_dir) / "distances" / f"{dataset}-d{model.d}-k{model.k}{extensions}-{digest}.npz"
     if path.is_file():
         try:
             stored = np.load(path)
@@ -129,7 +94,7 @@ def cached_distances(
             return distances, {**timings, "cached": True}
         except Exception as err:  # a damaged header can raise SyntaxError, TokenError, ...
             warnings.warn(f"cached distances {path} cannot be read ({err}); computing them again", stacklevel=2)
-    model.fit(graphs)
+    model = clone(model).fit(graphs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.npz")
     np.savez(tmp, distances=model.distances_, **model.timings_)

@@ -27,11 +27,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mwsp_torch._checks import PARAMETERS, ParameterError
+
 if TYPE_CHECKING:  # imported at run time by _load()
     import numpy as np
 
     from mwsp_torch.cache import cached_distances
     from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset, node_label_names
+    from mwsp_torch.estimator import MWSP
     from mwsp_torch.evaluation import (
         NESTED_INNER_FOLDS,
         SEED_RANGE,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:  # imported at run time by _load()
         paper_pick,
         reported_std,
     )
+    from mwsp_torch.transport import Exact, Sinkhorn
 
 #: The names this module uses from the library, imported on first use (:func:`_load`), so that
 #: building the parser imports none of torch, PyG or numba. Module attributes once loaded (a
@@ -49,6 +53,9 @@ if TYPE_CHECKING:  # imported at run time by _load()
 _LAZY = {
     "np": ("numpy", None),
     "cached_distances": ("mwsp_torch.cache", "cached_distances"),
+    "MWSP": ("mwsp_torch.estimator", "MWSP"),
+    "Exact": ("mwsp_torch.transport", "Exact"),
+    "Sinkhorn": ("mwsp_torch.transport", "Sinkhorn"),
     "CSL_SKIPS": ("mwsp_torch.datasets", "CSL_SKIPS"),
     "default_labels": ("mwsp_torch.datasets", "default_labels"),
     "load_dataset": ("mwsp_torch.datasets", "load_dataset"),
@@ -63,11 +70,11 @@ _LAZY = {
     "reported_std": ("mwsp_torch.evaluation", "reported_std"),
 }
 
-#: The choices of ``--sinkhorn-backend`` and ``--exact-engine``: ``transport.SINKHORN_BACKENDS``
-#: and ``transport.engines.EXACT_ENGINES``, written out so that the parser needs no import of
-#: the transport (a test checks that they are equal).
-SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
-EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
+
+def _choices(name: str) -> tuple[str, ...]:
+    """The values the estimator's parameter ``name`` takes (:data:`mwsp_torch._checks.PARAMETERS`,
+    which imports nothing heavy): the parser's ``choices``, the same as the library's."""
+    return PARAMETERS[name][1]
 
 
 def _load() -> None:
@@ -100,24 +107,24 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     )
     parser.add_argument(
         "--paths",
-        choices=("split", "all"),
+        choices=_choices("paths"),
         default="split",
         help="tied shortest paths: split (each endpoint has mass 1, split evenly; default) or all (each path 1)",
     )
-    parser.add_argument("--solver", choices=("exact", "sinkhorn"), default="exact", help="default exact")
+    parser.add_argument("--solver", choices=_choices("solver"), default="exact", help="default exact")
     parser.add_argument("--blur", type=float, default=None, help="Sinkhorn blur (default 0.01)")
     parser.add_argument(
         "--scaling", type=float, default=None, help="Sinkhorn epsilon-scaling ratio, in (0, 1) (default 0.99)"
     )
     parser.add_argument(
         "--sinkhorn-backend",
-        choices=SINKHORN_BACKENDS,
+        choices=_choices("backend"),
         default=None,
         help="auto (default), fused, triton (experimental, CUDA), tensorized or online",
     )
     parser.add_argument(
         "--labels",
-        choices=("auto", "degree", "uniform"),
+        choices=_choices("labels"),
         default=None,
         help="node labels: auto (the dataset's node labels, node_label or one-hot x), degree or uniform "
         "(default: the paper's choice for the dataset, auto where it has node labels)",
@@ -130,7 +137,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     )
     parser.add_argument(
         "--exact-engine",
-        choices=EXACT_ENGINES,
+        choices=_choices("engine"),
         default=None,
         help="auto (default: thread on a CUDA --device that torch and numba can use, else compiled), "
         "compiled (the CPU engine, --n-jobs threads), thread (one pair per CUDA thread on --device; "
@@ -168,7 +175,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
     )
     parser.add_argument(
         "--attributes",
-        choices=("node", "multiscale"),
+        choices=_choices("attributes"),
         default=None,
         help="append standardised continuous node attributes (NAME_node_attributes.txt) to each node's row: "
         "node (its own) or multiscale (its own, then their means at distance 1..d) (default off)",
@@ -189,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="SVM accuracy under the paper's or the nested protocol")
+    ev.set_defaults(func=_evaluate_command)
     _common(ev, many=True)
     ev.add_argument(
         "--protocol",
@@ -229,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--json", default=None, help="also write the results here (JSON; the directory must exist)")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
+    dist.set_defaults(func=_distances_command)
     _common(dist, many=False)
     dist.add_argument(
         "--out", required=True, help="output path (.npy format, written to exactly this path; the directory must exist)"
@@ -245,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="MWSP, WL and SP kernels (nested protocol) and GIN and Errica et al.'s baseline (their "
         "protocol) on the same split file; one resumable cell per method (and fold); writes OUT.csv, OUT.md, OUT.png",
     )
+    cmp.set_defaults(func=_compare)
     cmp.add_argument("--dataset", required=True, help="TU dataset name")
     cmp.add_argument("--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT)")
     cmp.add_argument(
@@ -286,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser(
         "explain", help="the optimal node-to-node plan behind W between two graphs of a dataset, as text and a PNG"
     )
+    ex.set_defaults(func=_explain)
     ex.add_argument("--dataset", default="MUTAG", help="TU dataset name, or CSL (default MUTAG)")
     ex.add_argument(
         "--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT; tests/data holds MUTAG)"
@@ -296,10 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--d", type=int, default=2, help="max path length in edges (default 2)")
     ex.add_argument("--k", type=int, default=0, help="deepest tree scale (default 0)")
-    ex.add_argument("--paths", choices=("split", "all"), default="split", help="tied shortest paths (default split)")
+    ex.add_argument("--paths", choices=_choices("paths"), default="split", help="tied shortest paths (default split)")
     ex.add_argument(
         "--labels",
-        choices=("auto", "degree", "uniform"),
+        choices=_choices("labels"),
         default=None,
         help="node labels (default: the paper's choice for the dataset, auto where it has node labels)",
     )
@@ -313,7 +324,6 @@ def _explain(parser: argparse.ArgumentParser, args) -> int:
     """``mwsp explain``: fit on the two graphs alone (one pair of transport, whatever the
     dataset's size; W is the same as in the whole dataset's matrix), then print, draw, write."""
     _load()
-    from mwsp_torch.estimator import MWSP
     from mwsp_torch.explain import explain, plot_explanation
 
     _check_output(parser, "--out", args.out)
@@ -350,30 +360,43 @@ def _explain(parser: argparse.ArgumentParser, args) -> int:
     return 0
 
 
-def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> tuple:
+#: The flags that set the solver's options (the estimator's ``Exact`` and ``Sinkhorn``): the
+#: option each sets; an option left out keeps the library's default.
+_SOLVER_FLAGS = {"exact_engine": "engine", "blur": "blur", "scaling": "scaling", "sinkhorn_backend": "backend"}
+
+
+def _solver(args):
+    """``--solver`` and the flags it reads, as the estimator's solver options."""
     _load()
-    return cached_distances(
-        graphs,
-        args.dataset,
-        d,
-        k,
+    options = Exact if args.solver == "exact" else Sinkhorn
+    given = {option: getattr(args, flag) for flag, option in _SOLVER_FLAGS.items() if getattr(args, flag) is not None}
+    return options(**given)
+
+
+def _model(args, d: int, k: int, labels: str, beta: float = 1.0, client=None):
+    """The estimator that the flags describe, for one ``(d, k, beta)`` of the grid."""
+    _load()
+    return MWSP(
+        d=d,
+        k=k,
         paths=args.paths,
         labels=labels,
-        solver=args.solver,
-        blur=args.blur,
-        scaling=args.scaling,
-        sinkhorn_backend=args.sinkhorn_backend,
-        n_jobs=args.n_jobs,
-        device=args.device,
-        exact_engine=args.exact_engine,
-        checkpoint=args.checkpoint,
-        cache_dir=args.cache_dir,
-        progress=not args.quiet,
-        client=args.client,
         edge_labels=args.edge_labels,
         attributes=args.attributes,
         beta=beta,
+        solver=_solver(args),
+        device=args.device,
+        n_jobs=args.n_jobs,
+        checkpoint=args.checkpoint,
+        progress=not args.quiet,
+        client=client,
     )
+
+
+def _distances(args, graphs, d: int, k: int, labels: str, beta: float = 1.0) -> tuple:
+    _load()
+    model = _model(args, d, k, labels, beta, client=args.client)
+    return cached_distances(model, graphs, args.dataset, cache_dir=args.cache_dir)
 
 
 def _evaluate(args) -> dict:
@@ -459,16 +482,24 @@ def _evaluate(args) -> dict:
     return result
 
 
-#: Options that only one choice of another option reads, their defaults, and that choice:
-#: given with another choice they would be ignored, so they are refused instead.
+#: Options that only one choice of another option reads, and that choice: given with another
+#: choice they would be ignored, so they are refused instead. The solver's options left out keep
+#: the library's defaults (:func:`_solver`); the others get the default here.
 _DEPENDENT_OPTIONS = {
-    "blur": (0.01, "solver", "sinkhorn"),
-    "scaling": (0.99, "solver", "sinkhorn"),
-    "sinkhorn_backend": ("auto", "solver", "sinkhorn"),
-    "exact_engine": ("auto", "solver", "exact"),
-    "repeats": (10, "protocol", "nested"),
-    "krein": ("flip", "svm", "krein"),
+    "blur": ("solver", "sinkhorn", None),
+    "scaling": ("solver", "sinkhorn", None),
+    "sinkhorn_backend": ("solver", "sinkhorn", None),
+    "exact_engine": ("solver", "exact", None),
+    "repeats": ("protocol", "nested", 10),
+    "krein": ("svm", "krein", "flip"),
 }
+
+#: The flag of each estimator parameter whose flag is not its name (``n_jobs`` is ``--n-jobs``).
+_FLAGS = {"engine": "--exact-engine", "backend": "--sinkhorn-backend", "client": "--scheduler or --dask-workers"}
+
+
+def _flag(name: str) -> str:
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
 def _check_output(parser: argparse.ArgumentParser, flag: str, path: str | None) -> None:
@@ -486,11 +517,11 @@ def _check_output(parser: argparse.ArgumentParser, flag: str, path: str | None) 
 
 
 def _check_args(parser: argparse.ArgumentParser, args) -> None:
-    """What argparse's types cannot say, refused by the flag's name before any data is read
-    (``cached_distances`` checks the same parameters again, by the estimator's names); then
-    the defaults of the options left out."""
+    """Refuse, by the flag's name and before any data is read, what the estimator would refuse
+    (by building it for each setting of the grid: one check, one error text) and what only the
+    command line has (options read only with another choice, outputs, the grid, Dask)."""
     _load()
-    for name, (default, owner, choice) in _DEPENDENT_OPTIONS.items():
+    for name, (owner, choice, default) in _DEPENDENT_OPTIONS.items():
         if not hasattr(args, name):  # an option of the other command
             continue
         if getattr(args, name) is None:
@@ -505,34 +536,32 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
     elif args.attributes is None:
         parser.error("--beta is read only with --attributes")
     betas = args.beta if isinstance(args.beta, list) else [args.beta]
-    for beta in betas:
-        if not (np.isfinite(beta) and beta > 0):
-            parser.error(f"--beta must be > 0 and finite, got {beta}")
     if len(set(betas)) != len(betas):
         parser.error(f"--beta lists a value more than once: {' '.join(map(str, betas))}")
     _check_output(parser, "--json", getattr(args, "json", None))
     _check_output(parser, "--out", getattr(args, "out", None))
-    if args.n_jobs < 1 and args.n_jobs != -1:
-        parser.error(f"--n-jobs must be >= 1, or -1 for every core, got {args.n_jobs}")
-    if not (np.isfinite(args.blur) and args.blur > 0):
-        parser.error(f"--blur must be > 0 and finite, got {args.blur}")
-    if not 0 < args.scaling < 1:
-        parser.error(f"--scaling must be in (0, 1), got {args.scaling}")
-    if args.checkpoint is not None and args.solver != "exact":
-        parser.error(f"--checkpoint is only kept by the exact solver, not by --solver {args.solver}")
     if args.scheduler is not None and args.dask_workers is not None:
         parser.error("--scheduler and --dask-workers exclude each other: a running cluster, or a local one")
     if args.dask_workers is not None and args.dask_workers < 1:
         parser.error(f"--dask-workers must be >= 1, got {args.dask_workers}")
-    if args.scheduler is not None or args.dask_workers is not None:
-        if args.solver != "exact" or args.exact_engine not in ("auto", "compiled"):
-            parser.error("Dask runs the compiled exact engine: --solver exact and --exact-engine auto or compiled")
-    if getattr(args, "stream", False):
-        if args.solver != "exact" or args.exact_engine not in ("auto", "compiled") or args.checkpoint is not None:
-            parser.error(
-                "--stream runs the compiled exact engine: --solver exact, --exact-engine auto or compiled, "
-                "no --checkpoint"
-            )
+    # The estimator checks a client by its type: the address, or one standing for the local cluster.
+    client = args.scheduler or ("local cluster" if args.dask_workers is not None else None)
+    labels = args.labels or default_labels(args.dataset)
+    for d in args.d if isinstance(args.d, list) else [args.d]:
+        for k in args.k if isinstance(args.k, list) else [args.k]:
+            for beta in betas:
+                try:
+                    _model(args, d, k, labels, beta, client=client).validate_params()
+                except ParameterError as err:
+                    parser.error(f"{_flag(err.name)} {err.problem}")
+                except ValueError as err:
+                    parser.error(str(err))
+    if getattr(args, "stream", False) and (
+        args.solver != "exact" or args.exact_engine not in (None, "auto", "compiled") or args.checkpoint is not None
+    ):
+        parser.error(
+            "--stream runs the compiled exact engine: --solver exact, --exact-engine auto or compiled, no --checkpoint"
+        )
     if args.command == "evaluate":
         if args.repeats < 1:
             parser.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -611,7 +640,7 @@ def _interrupted(args) -> str:
     )
 
 
-def _compare(args) -> int:
+def _compare(parser: argparse.ArgumentParser, args) -> int:
     """``mwsp compare``: :func:`mwsp_torch.compare.compare`, then the table on stdout."""
     from mwsp_torch.compare import KernelGrid, compare
 
@@ -633,6 +662,69 @@ def _compare(args) -> int:
     return 0
 
 
+def _computing(parser: argparse.ArgumentParser, args, work) -> int:
+    """``evaluate`` and ``distances``: the checks, a Dask client where one is asked for, then
+    ``work(args)``; an error or Ctrl-C ends in one line, not a traceback."""
+    _check_args(parser, args)
+    args.client = None
+    try:
+        if args.scheduler is not None or args.dask_workers is not None:
+            from mwsp_torch.distributed import connect
+
+            args.client = connect(scheduler=args.scheduler, n_workers=args.dask_workers)
+        return work(args)
+    except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache, no scheduler
+        print(f"mwsp: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept, not a traceback
+        print(_interrupted(args), file=sys.stderr)
+        return 130
+    finally:
+        _close(args.client)
+
+
+def _distances_command(parser: argparse.ArgumentParser, args) -> int:
+    """``mwsp distances``: W as ``.npy`` at ``--out`` (streamed tile by tile with ``--stream``)."""
+
+    def work(args) -> int:
+        graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir, log=not args.quiet)
+        labels = args.labels or default_labels(args.dataset)
+        if args.stream:
+            from mwsp_torch.distributed import stream_distances
+
+            start = time.perf_counter()
+            model = _model(args, args.d, args.k, labels, client=args.client)
+            if args.client is not None:  # one task per worker thread
+                model.set_params(n_jobs=1)
+            w = stream_distances(model, graphs, args.out)
+            timings = {"total": time.perf_counter() - start, "streamed": True}
+        else:
+            w, timings = _distances(args, graphs, args.d, args.k, labels, args.beta)
+            with open(args.out, "wb") as out:  # np.save on a path would append .npy to it
+                np.save(out, w)
+        print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
+        return 0
+
+    return _computing(parser, args, work)
+
+
+def _evaluate_command(parser: argparse.ArgumentParser, args) -> int:
+    """``mwsp evaluate``: the protocol's accuracy, printed (and written to ``--json``)."""
+
+    def work(args) -> int:
+        result = _evaluate(args)
+        print(_summary(result))
+        if args.json:
+            try:  # checked before the run; printed above, so a late failure loses no result
+                Path(args.json).write_text(json.dumps(result, indent=2))
+            except OSError as err:
+                print(f"mwsp: error: cannot write --json {args.json}: {err}", file=sys.stderr)
+                return 2
+        return 0
+
+    return _computing(parser, args, work)
+
+
 def main(argv: list[str] | None = None) -> int:
     # pykeops prints its compilations on stdout (PYKEOPS_VERBOSE), keopscore its CUDA status
     # (KEOPS_VERBOSE): the command line's stdout is its result, so both are quiet, for every
@@ -642,52 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _load()
-    if args.command == "explain":
-        return _explain(parser, args)
-    if args.command == "compare":
-        return _compare(args)
-    _check_args(parser, args)
-    args.client = None
-    try:
-        if args.scheduler is not None or args.dask_workers is not None:
-            from mwsp_torch.distributed import connect
-
-            args.client = connect(scheduler=args.scheduler, n_workers=args.dask_workers)
-        if args.command == "distances":
-            graphs, _ = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir, log=not args.quiet)
-            labels = args.labels or default_labels(args.dataset)
-            if args.stream:
-                from mwsp_torch.distributed import stream_distances
-
-                start = time.perf_counter()
-                n_jobs = 1 if args.client is not None else args.n_jobs
-                settings = {"d": args.d, "k": args.k, "paths": args.paths, "labels": labels}
-                w = stream_distances(graphs, args.out, args.client, n_jobs=n_jobs, progress=not args.quiet, **settings)
-                timings = {"total": time.perf_counter() - start, "streamed": True}
-                print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
-                return 0
-            w, timings = _distances(args, graphs, args.d, args.k, labels, args.beta)
-            with open(args.out, "wb") as out:  # np.save on a path would append .npy to it
-                np.save(out, w)
-            print(json.dumps({"out": args.out, "shape": list(w.shape), "timings_seconds": timings}))
-            return 0
-        result = _evaluate(args)
-    except (ValueError, OSError) as err:  # OSError: unreadable roots, unwritable --out or cache, no scheduler
-        print(f"mwsp: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept, not a traceback
-        print(_interrupted(args), file=sys.stderr)
-        return 130
-    finally:
-        _close(args.client)
-    print(_summary(result))
-    if args.json:
-        try:  # checked before the run; printed above, so a late failure loses no result
-            Path(args.json).write_text(json.dumps(result, indent=2))
-        except OSError as err:
-            print(f"mwsp: error: cannot write --json {args.json}: {err}", file=sys.stderr)
-            return 2
-    return 0
+    return args.func(parser, args)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mwsp_torch._checks import is_integer
-from mwsp_torch.transport import SupportSet, exact_distances
+from mwsp_torch._checks import check_parameter, is_integer
 from mwsp_torch.transport.costs import auto_costs, bank_columns
-from mwsp_torch.transport.measures import bank_arrays, shared_bank
+from mwsp_torch.transport.exact import exact_distances
+from mwsp_torch.transport.measures import SupportSet, bank_arrays, shared_bank
+from mwsp_torch.transport.solvers import Exact, solver_options
 from mwsp_torch.transport.store import TileStore, stored_tiles
 
 #: Pairs per task by default: the in-process engine's tile, so checkpoints are shared.
@@ -124,8 +125,7 @@ def _tile(sets: _Sets, pairs: np.ndarray, n_jobs: int, costs: str) -> np.ndarray
 def _check_tiling(tile_size, n_jobs) -> None:
     if not is_integer(tile_size) or tile_size < 1:
         raise ValueError(f"tile_size must be an integer >= 1, got {tile_size!r}")
-    if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
-        raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
+    check_parameter("n_jobs", n_jobs)
 
 
 def _windowed(client, tasks):
@@ -228,42 +228,43 @@ def dask_distances(
 EXPAND_ROWS = 256
 
 
-def stream_distances(
-    graphs,
-    out: str | os.PathLike,
-    client=None,
-    tile_size: int = TILE_SIZE,
-    n_jobs: int = -1,
-    progress: bool = False,
-    **params,
-) -> np.ndarray:
-    """All-pairs W written tile by tile into an ``[n, n]`` float64 ``.npy`` at ``out``, so
-    that the driver never holds ``n^2`` values (nor ``n^2`` pairs: a task gets two integers).
+def stream_distances(model, graphs, out: str | os.PathLike, *, tile_size: int = TILE_SIZE) -> np.ndarray:
+    """All-pairs W of ``model`` written tile by tile into an ``[n, n]`` float64 ``.npy`` at
+    ``out``, so that the driver never holds ``n^2`` values (nor ``n^2`` pairs: a task gets two
+    integers).
 
     The same problems as :meth:`MWSP.fit <mwsp_torch.MWSP.fit>` (one per pair of distinct
-    measures, the others' rows copied), so the file equals ``MWSP(...).fit(graphs).distances_``
+    measures, the others' rows copied), so the file equals ``model.fit(graphs).distances_``
     bit for bit. The pages written belong to the operating system's file cache, which writes
     them back and drops them under memory pressure.
 
     Args:
+        model (MWSP): the setting, with the exact solver's compiled engine (``"auto"`` or
+            ``"compiled"``) and no ``checkpoint``; its ``client`` (a Dask client or a
+            scheduler's address) runs the tiles on Dask workers, else the in-process engine
+            runs them; its ``n_jobs`` threads in process, or per task on a worker (then ``1``
+            is usual); its ``progress`` a tqdm bar over the pairs.
         graphs: a list of PyG ``Data`` or a PyG dataset.
         out (path): the ``.npy`` file to write (replaced).
-        client (distributed.Client, optional): run the tiles on Dask workers (default: the
-            in-process compiled engine with ``n_jobs`` threads).
         tile_size (int): pairs per tile (default ``65536``).
-        n_jobs (int): threads in process, or per task on a worker (then ``1`` is usual).
-        progress (bool): a tqdm bar over the pairs.
-        params: :class:`~mwsp_torch.MWSP`'s ``d``, ``k``, ``paths``, ``labels``.
 
     Returns:
         The file, memory-mapped read-only.
+
+    Raises:
+        ValueError: for a model that is not the compiled exact engine, or has a ``checkpoint``.
     """
     from tqdm.auto import tqdm
 
-    from mwsp_torch.estimator import MWSP
-
+    solver = solver_options(model.solver)
+    if not (isinstance(solver, Exact) and solver.engine in ("auto", "compiled")) or model.checkpoint is not None:
+        raise ValueError(
+            "stream_distances runs the compiled exact engine: a model with Exact(engine='auto') or "
+            f"Exact(engine='compiled') and no checkpoint, got solver={solver!r}, checkpoint={model.checkpoint!r}"
+        )
+    n_jobs, progress = model.n_jobs, model.progress
     _check_tiling(tile_size, n_jobs)
-    support, _ = MWSP(n_jobs=n_jobs, **params).supports(graphs)
+    support, _ = model.supports(graphs)
     representatives, inverse = support.distinct_measures()
     distinct = support.take(representatives)
     n, total = distinct.num_graphs, distinct.num_graphs * (distinct.num_graphs - 1) // 2
@@ -274,18 +275,23 @@ def stream_distances(
     target = out + ".distinct.npy" if expand else out
     matrix = np.lib.format.open_memmap(target, mode="w+", dtype=np.float64, shape=(n, n))
     tiles = [(lo, min(lo + tile_size, total)) for lo in range(0, total, tile_size)]
-    if client is not None and tiles:
-        [sets] = client.scatter([_Sets(distinct, distinct)], broadcast=True, hash=False)
-        done = _windowed(client, ((tile, (_flat_tile, sets, n, *tile, n_jobs, costs)) for tile in tiles))
-    else:
-        sets = _Sets(distinct, distinct)
-        done = ((tile, _flat_tile(sets, n, *tile, n_jobs, costs)) for tile in tiles)
-    with tqdm(total=total, desc="transport", unit="pair", disable=not progress) as bar:
-        for (lo, hi), values in done:
-            i, j = upper_pairs_between(n, lo, hi).T
-            matrix[i, j] = values
-            matrix[j, i] = values
-            bar.update(hi - lo)
+    client = connect(scheduler=model.client) if isinstance(model.client, str) else model.client
+    try:
+        if client is not None and tiles:
+            [sets] = client.scatter([_Sets(distinct, distinct)], broadcast=True, hash=False)
+            done = _windowed(client, ((tile, (_flat_tile, sets, n, *tile, n_jobs, costs)) for tile in tiles))
+        else:
+            sets = _Sets(distinct, distinct)
+            done = ((tile, _flat_tile(sets, n, *tile, n_jobs, costs)) for tile in tiles)
+        with tqdm(total=total, desc="transport", unit="pair", disable=not progress) as bar:
+            for (lo, hi), values in done:
+                i, j = upper_pairs_between(n, lo, hi).T
+                matrix[i, j] = values
+                matrix[j, i] = values
+                bar.update(hi - lo)
+    finally:
+        if client is not model.client:  # connected here, to an address
+            client.close()
     matrix.flush()
     del matrix
     if expand:

@@ -27,7 +27,6 @@ import time
 import uuid
 import warnings
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,10 +35,9 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from mwsp_torch._checks import is_integer, is_positive_number, is_real
+from mwsp_torch._checks import check_parameter
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch.attributes import (
-    ATTRIBUTE_MODES,
     dataset_attribute_columns,
     multiscale_attributes,
     read_attributes,
@@ -49,91 +47,34 @@ from mwsp_torch.attributes import (
 )
 from mwsp_torch.graphs import as_graph_list
 from mwsp_torch.kernel import laplacian_kernel
-from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
-from mwsp_torch.paths import PATH_MODES, node_feature_maps
-from mwsp_torch.transport import (
-    SINKHORN_BACKENDS,
-    SOLVERS,
-    RowVocabulary,
-    SupportSet,
-    batched_exact_distances,
-    checkpoint_directory,
-    collapse,
-    exact_distances,
-    sinkhorn_diameter,
-    sinkhorn_distances,
-    thread_exact_distances,
-    upper_pairs,
-)
-from mwsp_torch.transport.engines import (
-    EXACT_ENGINES,
-    THREAD_TABLE_BYTES,
-    ExactEngineFallbackWarning,
-    SinkhornOnCPUWarning,
-    build_cpu_kernels,
-    choose_exact_engine,
-    numba_cuda_available,
-)
+from mwsp_torch.labels import LabelScheme, to_graph_set
+from mwsp_torch.paths import node_feature_maps
+from mwsp_torch.transport import Exact, RowVocabulary, Sinkhorn, SupportSet, collapse, distances, upper_pairs
+from mwsp_torch.transport.engines import SinkhornOnCPUWarning, build_cpu_kernels
+from mwsp_torch.transport.solvers import check_execution, solver_options
 from mwsp_torch.trees import tree_ids
 
 
 class MWSP(TransformerMixin, BaseEstimator):
-    """Multi-scale Wasserstein shortest-path kernel ``K = exp(-lam W)``.
+    """Multi-scale Wasserstein shortest-path kernel ``K = exp(-lam W)`` (``docs/definition.md``).
+
+    Each node's row counts the shortest paths of up to ``d`` edges that leave it, each path
+    named by the canonical trees (scales ``0..k``) of the nodes on it; a graph is the uniform
+    measure on its nodes' rows, and ``W(G, H)`` the exact optimal transport between two graphs'
+    measures under the Euclidean cost between rows. ``fit`` learns the vocabularies and the
+    training ``distances_``; ``transform`` gives ``exp(-lam W)`` between new graphs and the
+    training graphs. W uses no class labels and does not depend on ``lam``: ``lam`` may be
+    swept without computing W again.
 
     Args:
-        d (int): maximal shortest-path length in edges (default ``2``; the
-            paper's tables print one less, so their ``d=1`` is ``d=2`` here).
+        d (int): maximal shortest-path length in edges (default ``2``; the paper's tables
+            print one less, so their ``d=1`` is ``d=2`` here).
         k (int): deepest tree scale (default ``0``).
         lam (float): kernel parameter in ``exp(-lam W)`` (default ``1.0``).
-        paths (str): ``"split"`` (each endpoint mass 1, split over its shortest
-            paths) or ``"all"`` (each shortest path 1) (default ``"split"``).
-        solver (str): ``"exact"`` (transportation simplex, float64, equal to POT's
-            network simplex to 1e-9) or ``"sinkhorn"`` (geomloss, approximate)
-            (default ``"exact"``).
-        labels (str): ``"auto"``, ``"degree"`` or ``"uniform"`` (default ``"auto"``).
-        device (str): torch device (default ``"cpu"``) for Sinkhorn and for the
-            thread and batched exact engines (the compiled engine runs on the CPU).
-        exact_engine (str): how the exact solver runs (default ``"auto"``; all give the same
-            W to 1e-9):
-
-            - ``"auto"``: ``"thread"`` when ``device`` is a CUDA device that torch and numba
-              can use, else ``"compiled"`` (also with a ``checkpoint``, or a row bank too
-              large for the thread engine's table: :func:`~mwsp_torch.transport.engines.choose_exact_engine`). A CUDA
-              ``device`` it cannot use warns. ``timings_["engine"]`` says which ran.
-            - ``"compiled"``: the numba CPU engine with ``n_jobs`` threads, whatever
-              ``device`` is; the only one that keeps a ``checkpoint``.
-            - ``"thread"``: one pair per CUDA thread on ``device``
-              (``transport.thread_exact_distances``, numba CUDA); pairs whose two supports
-              hold more than 63 points go to the compiled engine on the host meanwhile. On
-              NCI1 (8.4 M pairs) an H100 took 4.1-4.9 s, the compiled engine 11.4-13.5 s on
-              16 CPU threads (``benchmarks/README.md``). On ``device="cpu"`` the same
-              solver compiled for the CPU: slower than ``"compiled"``, and how it is tested.
-            - ``"batched"``: the torch batched simplex
-              (``transport.batched_exact_distances``) on ``device``, for datasets of small
-              graphs; slower than the other two.
-        n_jobs (int): threads for the exact solver, ``-1`` for all cores (default ``-1``:
-            like torch's own operations, and unlike scikit-learn's ``None``, a fit uses every
-            core unless told otherwise; the distances do not depend on it).
-        blur (float): Sinkhorn blur (default ``0.01``).
-        scaling (float): Sinkhorn epsilon-scaling ratio; closer to 1 is slower
-            and more accurate (default ``0.99``; see ``benchmarks/README.md``).
-        sinkhorn_backend (str): ``transport.sinkhorn_distances``' ``backend`` (default
-            ``"auto"``: the fused torch loop when the row-to-row table fits, else geomloss's
-            tensorized or online backends). ``"triton"`` (experimental, CUDA) runs the same
-            loop as Triton kernels, in float64, equal to ``"fused"`` to 1e-9 and faster on a
-            GPU (``benchmarks/README.md``).
-        sinkhorn_check (int): with ``solver="sinkhorn"``, ``fit`` also solves this many
-            random training pairs exactly and reports how far Sinkhorn is from W at this
-            ``blur`` in ``sinkhorn_error_`` (default ``64``; ``0``: not measured).
-        checkpoint (str, optional): directory for finished tiles of the exact
-            solver; a killed ``fit`` started again recomputes only unfinished
-            tiles and ends with the identical matrix (default: none).
-        progress (bool): show tqdm bars over graphs (tree IDs, then paths) and over pairs
-            (default ``False``).
-        client (distributed.Client or str, optional): a Dask client, or a scheduler's address,
-            to run the compiled exact engine's tiles as tasks on its workers, one thread each
-            (:mod:`mwsp_torch.distributed`): the same W bit for bit, from many machines, with
-            ``checkpoint`` sharing the in-process tiles (default ``None``: this process).
+        paths (str): ``"split"`` (each endpoint mass 1, split over its shortest paths) or
+            ``"all"`` (each shortest path 1) (default ``"split"``).
+        labels (str): ``"auto"`` (the graphs' node labels), ``"degree"`` or ``"uniform"``
+            (default ``"auto"``).
         edge_labels (bool): read edge labels (``edge_label``, else ``edge_attr``: one
             categorical label per edge, one per distinct row of several columns) into the trees
             and paths (``docs/definition.md``, section 7) (default ``False``).
@@ -145,23 +86,41 @@ class MWSP(TransformerMixin, BaseEstimator):
             with ``attributes``).
         num_node_attributes (int, optional): PyG's layout of ``x``: its first
             ``num_node_attributes`` columns are continuous attributes and the rest the one-hot
-            labels, as ``TUDataset(name, use_node_attr=True)`` stores them; they are read as
-            ``node_attr`` and as the labels given apart (same W). ``0``: ``x`` is read as it is
-            (default ``None``: the dataset's ``num_node_attributes`` when ``fit`` is given a
-            ``TUDataset`` whose ``x`` holds them, else ``0``).
+            labels, as ``TUDataset(name, use_node_attr=True)`` stores them. ``0``: ``x`` is read
+            as it is (default ``None``: the dataset's ``num_node_attributes`` when ``fit`` is
+            given a ``TUDataset`` whose ``x`` holds them, else ``0``).
+        solver (str, Exact or Sinkhorn): how W is solved: ``"exact"`` (the default) stands for
+            :class:`~mwsp_torch.transport.Exact` ``()``, the transportation simplex equal to
+            POT's network simplex to 1e-9, ``Exact(engine=...)`` picking its engine;
+            ``"sinkhorn"`` for :class:`~mwsp_torch.transport.Sinkhorn` ``()``, an approximation
+            with its ``blur``, ``scaling``, ``backend`` and ``check_pairs`` (whose measured error
+            ``fit`` reports). Their options are nested parameters (``solver__blur``).
+        device (str): torch device (default ``"cpu"``) of Sinkhorn and of the thread and
+            batched exact engines (the compiled engine runs on the CPU).
+        n_jobs (int): CPU threads of the exact engines, ``-1`` for all cores (default ``-1``:
+            like torch's own operations, and unlike scikit-learn's ``None``, a fit uses every
+            core unless told otherwise; W does not depend on it). Inside a joblib worker process,
+            ``-1`` is the worker's share of the cores.
+        checkpoint (str, optional): directory for finished tiles of the compiled exact
+            engine; a killed ``fit`` started again recomputes only unfinished tiles and ends with
+            the identical matrix (default: none).
+        progress (bool): tqdm bars over graphs (tree IDs, then paths) and over pairs
+            (default ``False``).
+        client (distributed.Client or str, optional): a Dask client, or a scheduler's address,
+            to run the compiled exact engine's tiles as tasks on its workers
+            (:mod:`mwsp_torch.distributed`): the same W bit for bit, with ``checkpoint``
+            sharing the in-process tiles (default ``None``: this process).
 
     Attributes:
         distances_ (np.ndarray): ``[n, n]`` float64 W between training graphs.
         features_ (scipy.sparse.csr_matrix): each training node's row, the point its graph's
             measure puts mass on: ``phi(v)``, or with ``attributes`` ``beta * a(v)`` in columns
             ``0 .. w - 1`` (``w`` attributes, times ``d + 1`` for ``"multiscale"``) followed by
-            ``phi(v)`` (nodes in graph order; the ground
-            cost between two rows is their Euclidean distance). :meth:`node_rows` gives the
-            same rows for any graphs.
+            ``phi(v)``. :meth:`node_rows` gives the same rows for any graphs.
         attribute_mean_, attribute_scale_ (np.ndarray or None): the standardisation of the
             attributes fitted on the training graphs (None without ``attributes``).
-        num_node_attributes_ (int): the leading attribute columns of ``x`` that ``fit`` read
-            (``num_node_attributes``, or the dataset's); ``transform`` reads new graphs alike.
+        num_node_attributes_ (int): the leading attribute columns of ``x`` that ``fit`` read;
+            ``transform`` reads new graphs alike.
         label_scheme_ (LabelScheme): how the training graphs' labels were read (one-hot
             ``x`` or not, label width); ``transform`` reads new graphs the same way.
         tree_vocab_, path_vocab_ (Vocabulary), row_vocab_ (transport.RowVocabulary):
@@ -172,24 +131,21 @@ class MWSP(TransformerMixin, BaseEstimator):
             measures (graphs up to an equal node-row distribution) and pairs the transport
             solved, and the ``engine`` that solved them (``"compiled"``, ``"thread"``,
             ``"batched"``, ``"sinkhorn"``, or ``"dask"`` with a ``client``); with a
-            ``checkpoint``, ``pairs_from_checkpoint``, how many of them were read from tiles
-            (``transport`` then timed only the rest);
-            with Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` (how
-            many pairs it solved exactly) and ``sinkhorn_error_``'s three figures.
-        sinkhorn_error_ (dict or None): with ``solver="sinkhorn"``, the approximation
-            measured on ``pairs`` random training pairs (seeded, so a refit measures the
-            same ones): ``median_relative`` and ``max_relative`` error against exact W
-            (pairs with W > 0) and ``max_absolute``, the largest among those pairs, not a
-            bound over all pairs, with the ``blur`` and ``scaling`` used; the same settings
-            give the same error on ``transform``'s pairs only in distribution. ``None`` for
-            the exact solver or ``sinkhorn_check=0``.
+            ``checkpoint``, ``pairs_from_checkpoint`` (``transport`` then timed only the rest);
+            with Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` and
+            ``sinkhorn_error_``'s three figures.
+        sinkhorn_error_ (dict or None): with Sinkhorn, the approximation measured on ``pairs``
+            random training pairs (seeded, so a refit measures the same ones):
+            ``median_relative`` and ``max_relative`` error against exact W (pairs with W > 0)
+            and ``max_absolute``, the largest among those pairs, not a bound over all pairs,
+            with the ``blur`` and ``scaling`` used. ``None`` for the exact solver or
+            ``check_pairs=0``.
 
-    Parameters that decide the features or the meaning of W (``d``, ``k``, ``paths``,
-    ``labels``, ``solver``, ``edge_labels``, ``attributes``, ``beta``, and ``blur`` and
-    ``scaling`` with Sinkhorn) are those of the
-    last ``fit``: changing one with ``set_params`` needs a refit before ``transform``
-    (an error says so). The others (``lam``, ``n_jobs``, ``device``, ``exact_engine``,
-    ``sinkhorn_backend``, ``sinkhorn_check``, ``checkpoint``, ``progress``, ``client``) may change freely.
+    What decides the features or the meaning of W (``d``, ``k``, ``paths``, ``labels``, the
+    solver, with Sinkhorn its ``blur`` and ``scaling``, and the extensions:
+    :meth:`feature_settings`) is that of the last ``fit``: changing it with ``set_params``
+    needs a refit before ``transform`` (an error says so). The rest (``lam``, the exact engine,
+    Sinkhorn's ``backend`` and ``check_pairs``, and the execution parameters) may change freely.
 
     The clones of an estimator (``sklearn.base.clone``, as ``GridSearchCV`` makes them) share
     their fits: a clone's ``fit`` on graphs with the same content, with the same parameters but
@@ -199,53 +155,55 @@ class MWSP(TransformerMixin, BaseEstimator):
     least recently used first out, bounded by ``$MWSP_FIT_CACHE_MB`` (default 512 MiB; ``0``
     turns it off); :func:`clear_fit_cache` empties it.
 
-    ``solver="sinkhorn"`` pays on a GPU; on a CPU the exact solver is both faster and exact,
-    so ``fit`` warns there (:class:`SinkhornOnCPUWarning`).
+    Sinkhorn pays on a GPU; on a CPU the exact solver is both faster and exact, so ``fit``
+    warns there (:class:`~mwsp_torch.transport.engines.SinkhornOnCPUWarning`). How fast each
+    engine is: ``docs/engines.md``, ``docs/gpu.md`` and ``docs/performance.md``.
+
+    Examples:
+        >>> from mwsp_torch import MWSP, make_csl
+        >>> graphs, y = make_csl(graphs_per_class=2)
+        >>> model = MWSP(d=3, k=0).fit(graphs[:12])
+        >>> model.distances_.shape, model.transform(graphs[12:]).shape
+        ((12, 12), (8, 12))
+        >>> from mwsp_torch.transport import Sinkhorn
+        >>> MWSP(d=3, solver=Sinkhorn(blur=0.05)).get_params()["solver__blur"]
+        0.05
     """
 
     def __init__(
         self,
+        *,
         d: int = 2,
         k: int = 0,
         lam: float = 1.0,
         paths: str = "split",
-        solver: str = "exact",
         labels: str = "auto",
-        device: str = "cpu",
-        exact_engine: str = "auto",
-        n_jobs: int = -1,
-        blur: float = 0.01,
-        scaling: float = 0.99,
-        sinkhorn_backend: str = "auto",
-        sinkhorn_check: int = 64,
-        checkpoint: str | None = None,
-        progress: bool = False,
-        client=None,
         edge_labels: bool = False,
         attributes: str | None = None,
         beta: float = 1.0,
         num_node_attributes: int | None = None,
+        solver: str | Exact | Sinkhorn = "exact",
+        device: str = "cpu",
+        n_jobs: int = -1,
+        checkpoint: str | None = None,
+        progress: bool = False,
+        client=None,
     ) -> None:
         self.d = d
         self.k = k
         self.lam = lam
         self.paths = paths
-        self.solver = solver
         self.labels = labels
-        self.device = device
-        self.exact_engine = exact_engine
-        self.n_jobs = n_jobs
-        self.blur = blur
-        self.scaling = scaling
-        self.sinkhorn_backend = sinkhorn_backend
-        self.sinkhorn_check = sinkhorn_check
-        self.checkpoint = checkpoint
-        self.progress = progress
-        self.client = client
         self.edge_labels = edge_labels
         self.attributes = attributes
         self.beta = beta
         self.num_node_attributes = num_node_attributes
+        self.solver = solver
+        self.device = device
+        self.n_jobs = n_jobs
+        self.checkpoint = checkpoint
+        self.progress = progress
+        self.client = client
 
     def __sklearn_clone__(self) -> MWSP:
         """A clone that shares ``client`` (a connection, which cannot be deep-copied) and copies
@@ -261,104 +219,28 @@ class MWSP(TransformerMixin, BaseEstimator):
         new._clone_family = self.__dict__.setdefault("_clone_family", uuid.uuid4().hex)
         return new
 
+    #: The parameters checked against :data:`mwsp_torch._checks.PARAMETERS` by name.
+    _TABLE_CHECKED = ("d", "k", "lam", "paths", "labels", "edge_labels", "attributes", "beta", "num_node_attributes")
+
     def validate_params(self) -> None:
         """Check every parameter, before any work, so that a bad one fails in seconds rather
-        than after the features. ``fit`` and ``cross_distances`` call it; a caller that skips
-        ``fit`` (a cache of W, say) calls it to refuse what ``fit`` would refuse.
+        than after the features: each against :data:`mwsp_torch._checks.PARAMETERS` (the table
+        the command line reads too), then what the solver needs of ``device``, ``checkpoint``
+        and ``client`` (:func:`~mwsp_torch.transport.solvers.check_execution`). ``fit`` and
+        ``cross_distances`` call it; a caller that skips ``fit`` (a cache of W, say) calls it
+        to refuse what ``fit`` would refuse.
 
         Raises:
-            ValueError: naming the parameter and the values it takes.
+            ParameterError: a ValueError naming the parameter and the values it takes.
         """
-        for name in ("d", "k"):
-            value = getattr(self, name)
-            if not is_integer(value) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if not is_positive_number(self.lam):
-            raise ValueError(f"lam must be > 0 and finite, got {self.lam!r}")
-        if not is_integer(self.n_jobs) or (self.n_jobs < 1 and self.n_jobs != -1):
-            raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {self.n_jobs!r}")
-        if not is_positive_number(self.blur):
-            raise ValueError(f"blur must be > 0 and finite, got {self.blur!r}")
-        if not is_real(self.scaling) or not 0 < self.scaling < 1:
-            raise ValueError(f"scaling must be in (0, 1), got {self.scaling!r}")
-        if self.paths not in PATH_MODES:
-            raise ValueError(f"paths must be one of {PATH_MODES}, got {self.paths!r}")
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
-        if self.exact_engine not in EXACT_ENGINES:
-            raise ValueError(f"exact_engine must be one of {EXACT_ENGINES}, got {self.exact_engine!r}")
-        if self.checkpoint is not None:
-            checkpoint_directory(self.checkpoint)
-            if self.solver != "exact":
-                raise ValueError(f"checkpoint is only kept by the compiled exact engine, not by solver={self.solver!r}")
-            if self.exact_engine not in ("auto", "compiled"):
-                raise ValueError(
-                    f"checkpoint is only kept by the compiled exact engine, not by exact_engine={self.exact_engine!r}"
-                )
-        if not isinstance(self.edge_labels, (bool, np.bool_)):
-            raise ValueError(f"edge_labels must be True or False, got {self.edge_labels!r}")
-        if self.attributes is not None and self.attributes not in ATTRIBUTE_MODES:
-            raise ValueError(f"attributes must be None or one of {ATTRIBUTE_MODES}, got {self.attributes!r}")
-        if not is_positive_number(self.beta):
-            raise ValueError(f"beta must be > 0 and finite, got {self.beta!r}")
-        if self.num_node_attributes is not None and (
-            not is_integer(self.num_node_attributes) or self.num_node_attributes < 0
-        ):
-            raise ValueError(f"num_node_attributes must be None or an integer >= 0, got {self.num_node_attributes!r}")
-        if self.labels not in LABEL_POLICIES:
-            raise ValueError(f"labels must be one of {LABEL_POLICIES}, got {self.labels!r}")
-        if self.sinkhorn_backend not in SINKHORN_BACKENDS:
-            raise ValueError(f"sinkhorn_backend must be one of {SINKHORN_BACKENDS}, got {self.sinkhorn_backend!r}")
-        if not is_integer(self.sinkhorn_check) or self.sinkhorn_check < 0:
-            raise ValueError(f"sinkhorn_check must be an integer >= 0, got {self.sinkhorn_check!r}")
-        if self.client is not None:
-            if not (isinstance(self.client, str) or callable(getattr(self.client, "submit", None))):
-                raise ValueError(
-                    f"client must be a distributed.Client or a scheduler address, got {type(self.client).__name__}"
-                )
-            if self.solver != "exact" or self.exact_engine not in ("auto", "compiled"):
-                raise ValueError(
-                    "client runs the compiled exact engine's tiles on Dask workers: it needs solver='exact' and "
-                    f"exact_engine 'auto' or 'compiled', got solver={self.solver!r}, exact_engine={self.exact_engine!r}"
-                )
-        self._validate_device()
+        for name in self._TABLE_CHECKED:
+            check_parameter(name, getattr(self, name))
+        check_parameter("n_jobs", self.n_jobs)
+        check_execution(self.solver, self.device, self.checkpoint, self.client)
 
-    def _validate_device(self) -> None:
-        """``device`` parsed, and where a solver will use it (Sinkhorn, the batched and thread
-        exact engines) present: a CUDA device that torch (or, for the thread engine, numba)
-        cannot see fails here rather than after the features. The compiled engine runs on
-        the CPU whatever ``device`` says, and ``"auto"`` falls back to it (with a warning
-        when it is run)."""
-        import torch
-
-        try:
-            device = torch.device(self.device)
-        except (RuntimeError, TypeError) as err:
-            raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {self.device!r}") from err
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or a CUDA device, got {self.device!r}")
-        if (
-            self.solver == "sinkhorn"
-            and self.sinkhorn_backend == "triton"
-            and device.type != "cuda"
-            and os.environ.get("TRITON_INTERPRET") != "1"
-        ):
-            raise ValueError(
-                f"sinkhorn_backend='triton' runs on a CUDA device, not device={self.device!r} "
-                "(or on the CPU under Triton's interpreter, TRITON_INTERPRET=1); use 'fused' on the CPU"
-            )
-        if device.type != "cuda" or (self.solver == "exact" and self.exact_engine in ("auto", "compiled")):
-            return
-        if self.solver == "exact" and self.exact_engine == "thread":
-            from numba import cuda
-
-            if not cuda.is_available():
-                raise ValueError(
-                    f"exact_engine='thread' on device={self.device!r} needs numba's CUDA support, "
-                    "which sees no usable CUDA device here; use device='cpu' or exact_engine='compiled'"
-                )
-        elif not torch.cuda.is_available():
-            raise ValueError(f"device={self.device!r}, but torch sees no CUDA device here; use device='cpu'")
+    def _solver(self) -> Exact | Sinkhorn:
+        """``solver`` as an options object (``"exact"`` is ``Exact()``, ``"sinkhorn"`` ``Sinkhorn()``)."""
+        return solver_options(self.solver)
 
     def supports(self, graphs) -> tuple[SupportSet, sp.csr_matrix]:
         """The graphs as transport measures, as ``fit`` computes them before its transport,
@@ -472,117 +354,38 @@ class MWSP(TransformerMixin, BaseEstimator):
             return joblib_worker_threads() or -1
         return self.n_jobs
 
-    def _engine(self, num_rows: int) -> str:
-        """The engine that solves this call's pairs: ``"sinkhorn"``, or the exact engine, with
-        ``"auto"`` resolved by :func:`~mwsp_torch.transport.engines.choose_exact_engine`
-        (``num_rows``: the shared row bank's size, which sizes the thread engine's table)."""
-        if self.solver != "exact":
-            return "sinkhorn"
-        if self.exact_engine != "auto":
-            return self.exact_engine
-        if self.client is not None:  # the workers run the compiled engine
-            return "compiled"
-        import torch
-
-        device = torch.device(self.device)
-        cuda = device.type == "cuda"
-        # A CUDA device torch does not have (cuda:1 on one GPU) is not usable either.
-        torch_cuda = cuda and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
-        numba_cuda = cuda and numba_cuda_available()
-        table_fits = num_rows**2 * 8 <= THREAD_TABLE_BYTES
-        engine = choose_exact_engine(
-            self.device, torch_cuda, numba_cuda, checkpoint=self.checkpoint is not None, table_fits=table_fits
-        )
-        if cuda and not (torch_cuda and numba_cuda):
-            missing = "torch" if not torch_cuda else "numba"
-            warnings.warn(
-                f"exact_engine='auto' with device={str(self.device)!r}, but {missing} sees no usable CUDA device: "
-                "the compiled CPU engine computes W instead (pass device='cpu' to silence this)",
-                ExactEngineFallbackWarning,
-                stacklevel=4,
-            )
-        return engine
-
     def _distances(
         self, left: SupportSet, right: SupportSet, pairs: np.ndarray, stats: dict | None = None
     ) -> np.ndarray:
-        engine = self._engine(left.rows.shape[0])
-        if stats is not None:
-            stats["engine"] = engine
+        """The pairs' values by :func:`~mwsp_torch.transport.distances`, under a progress bar."""
         with ProgressBar(total=len(pairs), desc="transport", unit="pair", disable=not self.progress) as bar:
-            if engine == "batched":
-                return batched_exact_distances(left, right, pairs, device=self.device, progress=bar.update)
-            if engine == "thread":
-                return thread_exact_distances(
-                    left,
-                    right,
-                    pairs,
-                    device=self.device,
-                    n_jobs=self._n_threads(),
-                    table_bytes=THREAD_TABLE_BYTES,
-                    progress=bar.update,
-                )
-            if engine == "compiled" and self.client is not None:
-                from mwsp_torch.distributed import dask_distances
-
-                if stats is not None:
-                    stats["engine"] = "dask"
-                with self._dask_client() as client:
-                    return dask_distances(
-                        left, right, pairs, client, checkpoint=self.checkpoint, progress=bar.update, stats=stats
-                    )
-            if engine == "compiled":
-                return exact_distances(
-                    left,
-                    right,
-                    pairs,
-                    n_jobs=self._n_threads(),
-                    checkpoint=self.checkpoint,
-                    progress=bar.update,
-                    stats=stats,
-                )
-            # The schedule starts from the training rows alone (``right`` is always the training
-            # side): in fit they are the whole bank, and a transform's values then do not depend
-            # on the other new graphs in its call.
-            training_rows = right.rows[np.unique(right.support)]
-            return sinkhorn_distances(
+            return distances(
                 left,
                 right,
                 pairs,
-                blur=self.blur,
-                scaling=self.scaling,
+                solver=self._solver(),
                 device=self.device,
-                backend=self.sinkhorn_backend,
+                n_jobs=self._n_threads(),
+                checkpoint=self.checkpoint,
+                client=self.client,
                 progress=bar.update,
-                diameter=sinkhorn_diameter(training_rows, self.blur),
+                stats=stats,
             )
-
-    @contextmanager
-    def _dask_client(self):
-        """The Dask client to use: ``client`` itself, or one connected to its address for this call."""
-        if not isinstance(self.client, str):
-            yield self.client
-            return
-        from mwsp_torch.distributed import connect
-
-        client = connect(scheduler=self.client)
-        try:
-            yield client
-        finally:
-            client.close()
 
     def feature_settings(self) -> dict:
         """The parameters that ``distances_`` and the fitted vocabularies depend on: ``d``,
-        ``k``, ``paths``, ``labels``, ``solver``, with Sinkhorn ``blur`` and ``scaling``, and the
-        extensions when they are on (``edge_labels``; ``attributes`` and ``beta``).
-        What a cache of W keys on, and what ``transform`` refuses to see changed after ``fit``.
+        ``k``, ``paths``, ``labels``, ``solver`` (its name), with Sinkhorn ``blur`` and
+        ``scaling``, and the extensions when they are on (``edge_labels``; ``attributes`` and
+        ``beta``; ``num_node_attributes``). What a cache of W keys on, and what ``transform``
+        refuses to see changed after ``fit``.
 
         Returns:
             ``{name: value}``.
         """
-        settings = {"d": self.d, "k": self.k, "paths": self.paths, "labels": self.labels, "solver": self.solver}
-        if self.solver == "sinkhorn":
-            settings.update(blur=self.blur, scaling=self.scaling)
+        solver = self._solver()
+        settings = {"d": self.d, "k": self.k, "paths": self.paths, "labels": self.labels, "solver": solver.name}
+        if isinstance(solver, Sinkhorn):
+            settings.update(blur=solver.blur, scaling=solver.scaling)
         # Extensions join the settings only when on, so the keys of label-only W stay as they were.
         if self.edge_labels:
             settings.update(edge_labels=True)
@@ -593,12 +396,13 @@ class MWSP(TransformerMixin, BaseEstimator):
         return settings
 
     def _sinkhorn_error(self, support: SupportSet, pairs: np.ndarray, values: np.ndarray) -> dict | None:
-        """Sinkhorn's values on up to ``sinkhorn_check`` random ``pairs`` against exact W."""
-        if self.solver != "sinkhorn" or self.sinkhorn_check == 0 or len(pairs) == 0:
+        """Sinkhorn's values on up to ``check_pairs`` random ``pairs`` against exact W."""
+        solver = self._solver()
+        if not isinstance(solver, Sinkhorn) or solver.check_pairs == 0 or len(pairs) == 0:
             return None
         rng = np.random.default_rng(0)
-        picked = np.sort(rng.choice(len(pairs), min(self.sinkhorn_check, len(pairs)), replace=False))
-        exact = exact_distances(support, support, pairs[picked], n_jobs=self._n_threads())
+        picked = np.sort(rng.choice(len(pairs), min(solver.check_pairs, len(pairs)), replace=False))
+        exact = distances(support, support, pairs[picked], solver=Exact(engine="compiled"), n_jobs=self._n_threads())
         gap = np.abs(values[picked] - exact)
         positive = exact > 0
         relative = gap[positive] / exact[positive]
@@ -607,8 +411,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             "median_relative": float(np.median(relative)) if positive.any() else 0.0,
             "max_relative": float(relative.max()) if positive.any() else 0.0,
             "max_absolute": float(gap.max()),
-            "blur": self.blur,
-            "scaling": self.scaling,
+            "blur": solver.blur,
+            "scaling": solver.scaling,
         }
 
     def fit(self, graphs, y=None) -> MWSP:
@@ -639,12 +443,11 @@ class MWSP(TransformerMixin, BaseEstimator):
                 self.timings_ = {**self.timings_, "from_cache": True}
                 self._fit_key_ = key
                 return self
-        if self.solver == "sinkhorn" and _device_type(self.device) == "cpu":
+        if isinstance(self._solver(), Sinkhorn) and _device_type(self.device) == "cpu":
             warnings.warn(
-                "solver='sinkhorn' on a CPU is slower than the exact solver there, and only approximate "
-                "(MUTAG at scaling=0.99: about 5-10 pairs/s, a worst error of 7 %; exact: all 435 pairs of "
-                "30 graphs in 0.01 s): use solver='exact' (the default), or Sinkhorn on a CUDA device; "
-                "a lower scaling is faster but less accurate (0.9: about 5x faster, a worst error of 30 %)",
+                "Sinkhorn on a CPU is slower than the exact solver there, and only approximate: use "
+                "solver='exact' (the default), or Sinkhorn on a CUDA device; a lower scaling is faster but "
+                "less accurate (docs/performance.md, Sinkhorn on a CPU)",
                 SinkhornOnCPUWarning,
                 stacklevel=2,
             )
@@ -711,6 +514,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         if digest is None:
             return None
         params = {name: value for name, value in self.get_params(deep=False).items() if name not in _NOT_IN_KEY}
+        params["solver"] = self._solver()  # "exact" and Exact() are one setting (its repr names every option)
         count = dataset_attribute_columns(graphs)
         return hashlib.sha1(f"{family} {sorted(params.items())!r} {count} {digest}".encode()).hexdigest()
 
@@ -767,12 +571,14 @@ class MWSP(TransformerMixin, BaseEstimator):
         fitted = getattr(self, "fitted_settings_", None)
         if fitted is None:
             return
+        now = self.feature_settings()
         # An extension's setting is absent when it is off (feature_settings): compare as off.
-        fitted = {"edge_labels": False, "attributes": None, "beta": self.beta, "num_node_attributes": None, **fitted}
-        for name, value in fitted.items():  # solver before blur and scaling
-            if getattr(self, name) != value:
+        off = {"edge_labels": False, "attributes": None, "num_node_attributes": None}
+        for name in dict.fromkeys([*fitted, *now]):  # fitted order: solver before blur and scaling
+            value, fitted_value = now.get(name, off.get(name)), fitted.get(name, off.get(name))
+            if value != fitted_value:
                 raise ValueError(
-                    f"{name} is {getattr(self, name)!r} but the model was fitted with {value!r}: "
+                    f"{name} is {value!r} but the model was fitted with {fitted_value!r}: "
                     f"its vocabularies and distances_ belong to the fitted value; refit, or set it back"
                 )
 

@@ -12,7 +12,8 @@ features feed a linear SVM or logistic regression.
 
 Why our own transformer: scikit-learn's ``Nystroem(kernel="precomputed")`` needs the full
 ``n x n`` kernel and fails when ``n_components < n_samples`` (scikit-learn issue 29353);
-its callable kernels work on vectors, not graphs. The transport is :class:`MWSP`'s own.
+its callable kernels work on vectors, not graphs. The kernel is an :class:`MWSP` given as
+``mwsp``, and the transport its own.
 
 ``K`` is not positive semi-definite in general (``docs/definition.md``, section 4): eigenvalues of ``K(L, L)``
 at or below ``floor = eigen_tol * max eigenvalue`` are dropped (their directions get zero
@@ -115,6 +116,9 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
     """MWSP kernel features from ``m`` landmark graphs (a scikit-learn transformer).
 
     Args:
+        mwsp (MWSP, optional): the kernel, whose W to the landmarks the features are made of:
+            its parameters are nested ones of this transformer (``mwsp__d``) (default
+            ``None``: ``MWSP()``).
         n_components (int): number of landmark graphs ``m``, ``1 <= m <= n`` training graphs
             (default ``100``).
         landmarks (str): ``"random"`` (``m`` training graphs drawn uniformly without
@@ -123,19 +127,16 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             ``min_l (2 - 2 K(G, l))``, the squared feature-space distance to the nearest
             landmark so far; it solves the same ``n x m`` problems as the features, in ``m``
             rounds) (default ``"random"``).
-        d, k, paths, labels, n_jobs, exact_engine, device, progress: as in :class:`MWSP`
-            (defaults ``2``, ``0``, ``"split"``, ``"auto"``, ``-1``, ``"auto"``, ``"cpu"``,
-            ``False``). The transport is always exact.
-        lam: the kernel's scale, as in :class:`MWSP` (default ``1.0``), or a tuple or list of
-            scales: ``m`` features for each, side by side, from the same distances (module
-            docstring).
+        lam: the kernel's scale, or a tuple or list of scales: ``m`` features for each, side by
+            side, from the same distances (module docstring) (default ``None``: ``mwsp``'s
+            ``lam``).
         eigen_tol (float): eigenvalues of ``K(L, L)`` at or below ``eigen_tol`` times the
             largest are dropped (default ``1e-12``).
         random_state (int, optional): seed of the landmark draw (default ``None``: fresh).
 
     Attributes:
         landmark_indices_ (np.ndarray): ``[m]`` indices of the landmarks among the training graphs.
-        model_ (MWSP): the MWSP model fitted on the landmarks.
+        model_ (MWSP): a copy of ``mwsp`` fitted on the landmarks.
         normalization_ (np.ndarray): ``[m, m]`` matrix ``U S^(-1/2) U^T`` over the kept
             eigenvalues; ``[scales, m, m]``, one per scale, when ``lam`` is a tuple.
         eigenvalues_ (np.ndarray): ``[m]`` eigenvalues of ``K(L, L)``, ascending (``[scales, m]``
@@ -144,50 +145,47 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             included), over all scales.
         lams_ (tuple): the scales fitted, which ``transform`` uses (a later ``set_params``
             needs a new ``fit``).
+
+    Examples:
+        >>> from mwsp_torch import MWSP, MWSPNystroem, make_csl
+        >>> graphs, y = make_csl(graphs_per_class=2)
+        >>> nystroem = MWSPNystroem(mwsp=MWSP(d=3, lam=0.1), n_components=5, random_state=0)
+        >>> nystroem.fit(graphs).transform(graphs).shape
+        (20, 5)
     """
 
     def __init__(
         self,
+        mwsp: MWSP | None = None,
+        *,
         n_components: int = 100,
         landmarks: str = "random",
-        d: int = 2,
-        k: int = 0,
-        lam: float = 1.0,
-        paths: str = "split",
-        labels: str = "auto",
-        n_jobs: int = -1,
-        exact_engine: str = "auto",
-        device: str = "cpu",
+        lam=None,
         eigen_tol: float = 1e-12,
         random_state: int | None = None,
-        progress: bool = False,
     ) -> None:
+        self.mwsp = mwsp
         self.n_components = n_components
         self.landmarks = landmarks
-        self.d = d
-        self.k = k
         self.lam = lam
-        self.paths = paths
-        self.labels = labels
-        self.n_jobs = n_jobs
-        self.exact_engine = exact_engine
-        self.device = device
         self.eigen_tol = eigen_tol
         self.random_state = random_state
-        self.progress = progress
+
+    def _scales(self) -> tuple[float, ...]:
+        """The scales: ``lam``'s, or (``lam=None``) the kernel's own ``lam``."""
+        if self.lam is None:
+            return lam_scales(self._kernel().lam, "mwsp.lam")
+        return lam_scales(self.lam)
+
+    def _kernel(self) -> MWSP:
+        return MWSP() if self.mwsp is None else self.mwsp
 
     def _mwsp(self) -> MWSP:
-        return MWSP(
-            d=self.d,
-            k=self.k,
-            lam=lam_scales(self.lam)[0],  # W does not depend on it; the scales apply here
-            paths=self.paths,
-            labels=self.labels,
-            n_jobs=self.n_jobs,
-            exact_engine=self.exact_engine,
-            device=self.device,
-            progress=self.progress,
-        )
+        """A fresh copy of the kernel at the first scale (W does not depend on it; the scales
+        apply here), outside any clone family: the landmarks' fits are not worth caching."""
+        kernel = self._kernel()
+        params = {**kernel.get_params(deep=False), "lam": self._scales()[0]}
+        return type(kernel)(**params)
 
     def _check_params(self, n: int) -> None:
         m = self.n_components
@@ -203,7 +201,9 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             raise ValueError(f"eigen_tol must be in (0, 1), got {self.eigen_tol!r}")
         if self.random_state is not None and not (is_integer(self.random_state) and self.random_state >= 0):
             raise ValueError(f"random_state must be None or an integer >= 0, got {self.random_state!r}")
-        lam_scales(self.lam)
+        if self.mwsp is not None and not isinstance(self.mwsp, MWSP):
+            raise ValueError(f"mwsp must be an MWSP or None, got {type(self.mwsp).__name__}")
+        self._scales()
         self._mwsp().validate_params()
 
     def fit(self, graphs, y=None) -> MWSPNystroem:
@@ -225,7 +225,7 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
             indices = self._kmeans_plus_plus(graphs, rng)
         model = self._mwsp().fit([graphs[int(i)] for i in indices])
         w = model.distances_
-        lams = lam_scales(self.lam)
+        lams = self._scales()
         _, normalization, eigenvalues, dropped = scale_features(w, w[:0], lams, self.eigen_tol)
         if not isinstance(self.lam, (tuple, list)):
             normalization, eigenvalues = normalization[0], eigenvalues[0]
@@ -244,7 +244,7 @@ class MWSPNystroem(TransformerMixin, BaseEstimator):
         n = len(graphs)
         chosen = [int(rng.integers(n))]
         nearest = np.full(n, np.inf)
-        scales = lam_scales(self.lam)
+        scales = self._scales()
         for _ in range(self.n_components - 1):
             model = self._mwsp().fit([graphs[chosen[-1]]])
             w = model.cross_distances(graphs)[:, 0]

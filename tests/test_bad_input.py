@@ -8,6 +8,7 @@ import torch
 from torch_geometric.data import Data
 
 from mwsp_torch import MWSP, TreeIDs
+from mwsp_torch.transport import Exact, Sinkhorn
 
 from conftest import make_data
 
@@ -279,10 +280,13 @@ def test_num_nodes_must_be_one_number():
         ({"n_jobs": 0}, "n_jobs must be an integer >= 1, or -1"),
         ({"n_jobs": 1.5}, "n_jobs must be an integer >= 1, or -1"),
         ({"n_jobs": None}, "n_jobs must be an integer >= 1, or -1"),
-        ({"solver": "sinkhorn", "blur": 0.0}, "blur must be > 0 and finite, got 0.0"),
-        ({"solver": "sinkhorn", "blur": float("nan")}, "blur must be > 0 and finite, got nan"),
-        ({"solver": "sinkhorn", "scaling": 1.5}, r"scaling must be in \(0, 1\), got 1.5"),
-        ({"solver": "sinkhorn", "scaling": 0.0}, r"scaling must be in \(0, 1\), got 0.0"),
+        ({"solver": Sinkhorn(blur=0.0)}, "blur must be > 0 and finite, got 0.0"),
+        ({"solver": Sinkhorn(blur=float("nan"))}, "blur must be > 0 and finite, got nan"),
+        ({"solver": Sinkhorn(scaling=1.5)}, r"scaling must be in \(0, 1\), got 1.5"),
+        ({"solver": Sinkhorn(scaling=0.0)}, r"scaling must be in \(0, 1\), got 0.0"),
+        ({"solver": Exact(engine="simplex")}, "engine must be one of"),
+        ({"solver": "greedy"}, r"solver must be one of \('exact', 'sinkhorn'\), got 'greedy'"),
+        ({"solver": object()}, "solver must be one of .*, an Exact or a Sinkhorn, got object"),
         ({"checkpoint": ""}, "checkpoint must be a directory path, got ''"),
         ({"solver": "sinkhorn", "checkpoint": "ckpt"}, "checkpoint is only kept by the compiled exact engine"),
     ],

@@ -12,6 +12,7 @@ from torch_geometric.loader import DataLoader
 
 from mwsp_torch import MWSP, TreeIDs
 from mwsp_torch.cache import cached_distances, graphs_fingerprint
+from mwsp_torch.transport import Sinkhorn
 
 # Distinct node labels so that W tells paths, stars and cycles apart at d=1, k=0.
 PATH = [(0, 1), (1, 2), (2, 3)]
@@ -56,11 +57,11 @@ def test_adj_t_datasets_that_differ_in_one_edge_get_their_own_distances(tmp_path
     w_first, w_second = true_distances(first), true_distances(second)
     assert not np.array_equal(w_first, w_second)
     for graphs, expected in [(first, w_first), (second, w_second)]:
-        served, timings = cached_distances(graphs, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+        served, timings = cached_distances(MWSP(d=1, k=0, n_jobs=1), graphs, "toy", cache_dir=tmp_path)
         assert not timings["cached"]
         np.testing.assert_array_equal(served, expected)
     for graphs, expected in [(first, w_first), (second, w_second)]:
-        served, timings = cached_distances(graphs, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+        served, timings = cached_distances(MWSP(d=1, k=0, n_jobs=1), graphs, "toy", cache_dir=tmp_path)
         assert timings["cached"]
         np.testing.assert_array_equal(served, expected)
 
@@ -84,10 +85,10 @@ def test_the_same_graphs_in_every_accepted_form_share_a_fingerprint(tmp_path):
     expected = graphs_fingerprint(dense)
     assert {name: graphs_fingerprint(graphs) for name, graphs in forms.items()} == dict.fromkeys(forms, expected)
     assert graphs_fingerprint(dense[::-1]) != expected  # order is part of W
-    w, timings = cached_distances(dense, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+    w, timings = cached_distances(MWSP(d=1, k=0, n_jobs=1), dense, "toy", cache_dir=tmp_path)
     assert not timings["cached"]
     for name, graphs in forms.items():
-        served, timings = cached_distances(graphs, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+        served, timings = cached_distances(MWSP(d=1, k=0, n_jobs=1), graphs, "toy", cache_dir=tmp_path)
         assert timings["cached"], name
         np.testing.assert_array_equal(served, w)
         np.testing.assert_array_equal(served, true_distances(graphs))
@@ -96,10 +97,10 @@ def test_the_same_graphs_in_every_accepted_form_share_a_fingerprint(tmp_path):
 def test_sparse_edge_index_is_cached(tmp_path):
     graphs = with_sparse_edge_index([graph(PATH), graph(STAR), graph(CYCLE)], torch.sparse_coo)
     assert len(graphs_fingerprint(graphs)) == 40
-    served, timings = cached_distances(graphs, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+    served, timings = cached_distances(MWSP(d=1, k=0, n_jobs=1), graphs, "toy", cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(served, true_distances(graphs))
-    assert cached_distances(graphs, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)[1]["cached"]
+    assert cached_distances(MWSP(d=1, k=0, n_jobs=1), graphs, "toy", cache_dir=tmp_path)[1]["cached"]
 
 
 def test_fingerprint_reads_graphs_as_mwsp_does(tmp_path):
@@ -107,13 +108,13 @@ def test_fingerprint_reads_graphs_as_mwsp_does(tmp_path):
     with pytest.raises(ValueError, match=r"graph 1: edge_index contains node 5, outside 0\.\.3 \(num_nodes=4\)"):
         graphs_fingerprint(outside)
     with pytest.raises(ValueError, match="graph 1: edge_index contains node 5"):
-        cached_distances(outside, "toy", d=1, k=0, n_jobs=1, cache_dir=tmp_path)
+        cached_distances(MWSP(d=1, k=0, n_jobs=1), outside, "toy", cache_dir=tmp_path)
     assert not (tmp_path / "distances").exists()
     unlabelled = [Data(edge_index=undirected(e), num_nodes=4) for e in (PATH, STAR, CYCLE)]
     with pytest.raises(ValueError, match="graph 0: has neither node_label nor x"):
         graphs_fingerprint(unlabelled)
     # Under a label policy the labels come from the structure, so unlabelled graphs have a key.
-    served, timings = cached_distances(unlabelled, "toy", d=1, k=0, labels="degree", n_jobs=1, cache_dir=tmp_path)
+    served, timings = cached_distances(MWSP(d=1, k=0, labels="degree", n_jobs=1), unlabelled, "toy", cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(served, true_distances(unlabelled, labels="degree"))
     assert graphs_fingerprint(unlabelled, labels="degree") != graphs_fingerprint(unlabelled, labels="uniform")
@@ -184,8 +185,8 @@ def test_a_cache_hit_returns_the_fits_timings_with_sinkhorn_error(tmp_path):
         )
         for n in (4, 5, 6, 7)
     ]
-    w, first = cached_distances(graphs, "PATHS", d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", blur=0.05)
-    again, hit = cached_distances(graphs, "PATHS", d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", blur=0.05)
+    w, first = cached_distances(MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05)), graphs, "PATHS", cache_dir=tmp_path)
+    again, hit = cached_distances(MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05)), graphs, "PATHS", cache_dir=tmp_path)
     assert not first["cached"] and hit["cached"]
     np.testing.assert_array_equal(again, w)
     assert first["sinkhorn_median_relative_error"] > 0
@@ -206,16 +207,23 @@ def test_every_setting_w_depends_on_is_in_the_cache_key(tmp_path):
     changes = [("d", 3), ("k", 1), ("paths", "all"), ("labels", "uniform"), ("solver", "sinkhorn")]
     sinkhorn = {**base, "solver": "sinkhorn", "blur": 0.05, "scaling": 0.9}
     sinkhorn_changes = [("blur", 0.2), ("scaling", 0.5)]
-    assert {name for name, _ in changes} == set(MWSP(**base).feature_settings())
-    assert {name for name, _ in changes + sinkhorn_changes} == set(MWSP(**sinkhorn).feature_settings())
+
+    def model(solver="exact", blur=None, scaling=None, **params):
+        """The estimator of flat settings: Sinkhorn's blur and scaling are its options'."""
+        if solver == "sinkhorn":
+            solver = Sinkhorn(**{name: v for name, v in (("blur", blur), ("scaling", scaling)) if v is not None})
+        return MWSP(solver=solver, n_jobs=1, **params)
+
+    assert {name for name, _ in changes} == set(model(**base).feature_settings())
+    assert {name for name, _ in changes + sinkhorn_changes} == set(model(**sinkhorn).feature_settings())
     for start, edits in [(base, changes), (sinkhorn, sinkhorn_changes)]:
-        first, timings = cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **start)
+        first, timings = cached_distances(model(**start), unlabelled, "toy", cache_dir=tmp_path)
         assert not timings["cached"]
         for name, value in edits:
             params = {**start, name: value}
-            served, timings = cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **params)
-            expected = MWSP(n_jobs=1, **params).fit(unlabelled).distances_
+            served, timings = cached_distances(model(**params), unlabelled, "toy", cache_dir=tmp_path)
+            expected = model(**params).fit(unlabelled).distances_
             assert not timings["cached"], name
             np.testing.assert_allclose(served, expected, rtol=1e-12, atol=1e-15, err_msg=name)
             assert np.abs(expected - first).max() > 1e-3, name  # the change matters on these graphs
-            assert cached_distances(unlabelled, "toy", n_jobs=1, cache_dir=tmp_path, **params)[1]["cached"], name
+            assert cached_distances(model(**params), unlabelled, "toy", cache_dir=tmp_path)[1]["cached"], name

@@ -1,5 +1,6 @@
 """TU data offline, the CLI, and the end-to-end MUTAG run."""
 
+import argparse
 import functools
 import io
 import json
@@ -17,11 +18,12 @@ import pytest
 import torch
 
 import mwsp_torch.cli as cli
-import mwsp_torch.estimator as estimator
 import mwsp_torch.transport as transport
+import mwsp_torch.transport.solvers as solvers
 from mwsp_torch import MWSP, load_tudataset, paper_protocol
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.cli import main
+from mwsp_torch.transport import Sinkhorn
 
 
 def test_mutag_loads_with_labels(mutag):
@@ -35,8 +37,8 @@ def test_mutag_loads_with_labels(mutag):
 
 def test_distance_cache_is_keyed_by_graph_content(mutag, tmp_path):
     graphs = mutag[0][:12]
-    first, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
-    again, timings_again = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    first, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    again, timings_again = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     assert not timings["cached"] and timings_again["cached"]
     np.testing.assert_array_equal(again, first)
     # Same name, same size, other labels (another copy of the raw files): computed, not served.
@@ -44,7 +46,7 @@ def test_distance_cache_is_keyed_by_graph_content(mutag, tmp_path):
     for g in relabelled:
         g.node_label = torch.zeros_like(g.node_label)
         g.x = torch.ones_like(g.x[:, :1])
-    other, timings_other = cached_distances(relabelled, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    other, timings_other = cached_distances(MWSP(d=2, k=0), relabelled, "MUTAG", cache_dir=tmp_path)
     assert not timings_other["cached"]
     np.testing.assert_array_equal(other, MWSP(d=2, k=0).fit(relabelled).distances_)
     assert not np.array_equal(other, first)
@@ -140,7 +142,7 @@ def test_mutag_end_to_end_paper_protocol(mutag):
 def test_sinkhorn_error_is_small_on_mutag(mutag):
     graphs = mutag[0][:20]
     exact = MWSP(d=2, k=0).fit(graphs).distances_
-    model = MWSP(d=2, k=0, solver="sinkhorn", blur=0.01).fit(graphs)
+    model = MWSP(d=2, k=0, solver=Sinkhorn(blur=0.01)).fit(graphs)
     approx = model.distances_
     iu = np.triu_indices(len(graphs), 1)
     rel = np.abs(approx[iu] - exact[iu]) / exact[iu]
@@ -311,14 +313,14 @@ def test_cli_distances_and_errors(fixture_root, cache_dir, tmp_path, capsys):
 
 def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
     graphs = mutag[0][:8]
-    first, _ = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    first, _ = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
     stored.write_bytes(stored.read_bytes()[:100])
     with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read"):
-        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(again, first)
-    assert cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)[1]["cached"]
+    assert cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
 
 
 def _bare_npy(path):
@@ -350,11 +352,11 @@ def _damaged_header(path):
 )
 def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path, damage, problem):
     graphs = mutag[0][:8]
-    first, _ = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    first, _ = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
     damage(stored)
     with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read \\(.*{problem}"):
-        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(again, first)
 
@@ -372,11 +374,11 @@ def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path
 )
 def test_a_readable_cache_file_with_wrong_contents_is_recomputed(mutag, tmp_path, content, problem):
     graphs = mutag[0][:8]
-    first, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    first, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
     np.savez(stored, distances=content(first), features=1.0, transport=1.0)  # valid npz, wrong W
     with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read .*{problem}"):
-        again, timings = cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     assert not timings["cached"]
     np.testing.assert_array_equal(again, first)
 
@@ -385,42 +387,46 @@ def test_the_cache_key_holds_the_format_and_the_name_stays_in_the_cache(mutag, t
     import mwsp_torch.cache as cache
 
     graphs = mutag[0][:6]
-    assert not cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
-    assert cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
+    assert not cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+    assert cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
     monkeypatch.setattr(cache, "CACHE_FORMAT", cache.CACHE_FORMAT + 1)  # a release whose W differs
-    assert not cached_distances(graphs, "MUTAG", d=1, k=0, cache_dir=tmp_path)[1]["cached"]
+    assert not cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
     for name in ("../MUTAG", "a/b", "..", "", None):
         with pytest.raises(ValueError, match="dataset must be a plain name"):
-            cached_distances(graphs, name, d=1, k=0, cache_dir=tmp_path / "inner")
+            cached_distances(MWSP(d=1, k=0), graphs, name, cache_dir=tmp_path / "inner")
     assert not (tmp_path / "inner").exists()
 
 
 def test_sinkhorn_scaling_is_part_of_the_cache_key(mutag, tmp_path):
     graphs = mutag[0][:6]
-    options = dict(d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", blur=0.05)
-    coarse, first = cached_distances(graphs, "MUTAG", scaling=0.5, **options)
-    fine, second = cached_distances(graphs, "MUTAG", scaling=0.9, **options)
+
+    def model(scaling):
+        return MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05, scaling=scaling))
+
+    coarse, first = cached_distances(model(0.5), graphs, "MUTAG", cache_dir=tmp_path)
+    fine, second = cached_distances(model(0.9), graphs, "MUTAG", cache_dir=tmp_path)
     assert not first["cached"] and not second["cached"]
     assert np.abs(coarse - fine).max() > 1e-6  # another W, not the first one served again
-    assert cached_distances(graphs, "MUTAG", scaling=0.5, **options)[1]["cached"]
+    assert cached_distances(model(0.5), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
 
 
 def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
     graphs = mutag[0][:8]
-    cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path)
+    cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="n_jobs must be an integer >= 1, or -1"):
-        cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path, n_jobs=0)
+        cached_distances(MWSP(d=2, k=0, n_jobs=0), graphs, "MUTAG", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="checkpoint is only kept by the compiled exact engine"):
-        cached_distances(graphs, "MUTAG", d=2, k=0, cache_dir=tmp_path, solver="sinkhorn", checkpoint="ckpt")
+        cached_distances(MWSP(d=2, k=0, solver="sinkhorn", checkpoint="ckpt"), graphs, "MUTAG", cache_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
         (["--repeats", "0"], "--repeats must be >= 1, got 0"),
-        (["--n-jobs", "0"], "--n-jobs must be >= 1, or -1 for every core, got 0"),
+        (["--n-jobs", "0"], "--n-jobs must be an integer >= 1, or -1 for every core, got 0"),
+        (["--d", "2", "-1"], "--d must be an integer >= 0, got -1"),
         (["--solver", "sinkhorn", "--blur", "-1"], "--blur must be > 0 and finite, got -1.0"),
-        (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the exact solver"),
+        (["--solver", "sinkhorn", "--checkpoint", "ckpt"], "--checkpoint is only kept by the compiled exact engine"),
         (["--folds", "1"], "--folds must be >= 2, got 1"),
         (["--solver", "sinkhorn", "--scaling", "1.0"], "--scaling must be in (0, 1), got 1.0"),
         # options that the other choice would ignore are refused, not dropped
@@ -453,14 +459,14 @@ def test_cli_refuses_bad_arguments_before_reading_data(extra, message, capsys):
 _SLOW_CLI = """
 import functools, sys, time
 import mwsp_torch.cli as cli
-import mwsp_torch.estimator as estimator
+import mwsp_torch.transport.solvers as solvers
 import mwsp_torch.transport.exact as transport
 kernel = transport._tile_kernel
 def slow(*args):
     kernel(*args)
     time.sleep(0.05)
 transport._tile_kernel = slow
-estimator.exact_distances = functools.partial(transport.exact_distances, tile_size=TILE)
+solvers.exact_distances = functools.partial(transport.exact_distances, tile_size=TILE)
 from mwsp_torch.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -492,7 +498,7 @@ def test_cli_run_killed_mid_way_resumes(fixture_root, tmp_path, monkeypatch, ker
     kept = len(list(checkpoint.rglob("tile-*.npy")))
 
     kernel_calls.clear()
-    monkeypatch.setattr(estimator, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
+    monkeypatch.setattr(solvers, "exact_distances", functools.partial(transport.exact_distances, tile_size=tile))
     resumed_out = tmp_path / "resumed.npy"
     capsys.readouterr()
     assert main(args(resumed_out, "cache")) == 0
@@ -602,10 +608,28 @@ print(sorted(name for name in ("torch", "torch_geometric", "numba", "sklearn", "
 
 
 def test_the_clis_choices_are_the_librarys():
+    """The one table of parameters holds the library's own choices, and the parser offers them."""
+    from mwsp_torch._checks import PARAMETERS
+    from mwsp_torch.attributes import ATTRIBUTE_MODES
+    from mwsp_torch.labels import LABEL_POLICIES
+    from mwsp_torch.paths import PATH_MODES
     from mwsp_torch.transport.engines import EXACT_ENGINES
 
-    assert cli.SINKHORN_BACKENDS == transport.SINKHORN_BACKENDS
-    assert cli.EXACT_ENGINES == EXACT_ENGINES
+    library = {
+        "paths": PATH_MODES,
+        "labels": LABEL_POLICIES,
+        "attributes": ATTRIBUTE_MODES,
+        "solver": transport.SOLVERS,
+        "engine": EXACT_ENGINES,
+        "backend": transport.SINKHORN_BACKENDS,
+    }
+    assert {name: PARAMETERS[name][1] for name in library} == library
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    flags = {"paths": "paths", "labels": "labels", "attributes": "attributes", "solver": "solver"}
+    flags.update(engine="exact_engine", backend="sinkhorn_backend")
+    for command in ("evaluate", "distances"):
+        offered = {action.dest: tuple(action.choices) for action in commands[command]._actions if action.choices}
+        assert {name: offered[flag] for name, flag in flags.items()} == library, command
 
 
 def test_quiet_silences_pygs_processing(fixture_root, tmp_path, monkeypatch, capfd):

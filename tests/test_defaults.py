@@ -16,9 +16,11 @@ import pytest
 import torch
 
 import mwsp_torch.estimator as estimator
+import mwsp_torch.transport.solvers as solvers
 from mwsp_torch import MWSP, load_tudataset, make_csl, nested_protocol, paper_protocol
-from mwsp_torch.cli import _check_args, _summary, build_parser, main
+from mwsp_torch.cli import _check_args, _solver, _summary, build_parser, main
 from mwsp_torch.evaluation import PAPER_LAMS, accuracy_ceiling, check_folds, check_inner_folds, check_labels
+from mwsp_torch.transport import Exact, Sinkhorn
 from mwsp_torch.transport.engines import (
     EXACT_ENGINES,
     ExactEngineFallbackWarning,
@@ -58,11 +60,11 @@ def test_auto_takes_the_thread_engine_only_on_a_usable_cuda_device(device, cuda,
 
 def test_auto_is_the_default_and_the_engine_is_recorded():
     graphs = _graphs()
-    assert MWSP().exact_engine == "auto" and "auto" in EXACT_ENGINES
+    assert MWSP().solver == "exact" and Exact().engine == "auto" and "auto" in EXACT_ENGINES
     auto = MWSP(d=3, k=1).fit(graphs)
     assert auto.timings_["engine"] == "compiled"  # device="cpu"
     for engine in ("compiled", "thread", "batched"):  # explicit choices run as asked
-        model = MWSP(d=3, k=1, exact_engine=engine).fit(graphs)
+        model = MWSP(d=3, k=1, solver=Exact(engine=engine)).fit(graphs)
         assert model.timings_["engine"] == engine
         np.testing.assert_allclose(model.distances_, auto.distances_, rtol=1e-9, atol=1e-12)
 
@@ -77,11 +79,11 @@ def test_auto_on_a_cuda_device_it_cannot_use_warns_and_runs_the_compiled_engine(
     np.testing.assert_array_equal(model.distances_, reference.distances_)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(estimator, "numba_cuda_available", lambda: False)
+    monkeypatch.setattr(solvers, "numba_cuda_available", lambda: False)
     with pytest.warns(ExactEngineFallbackWarning, match="numba sees no usable CUDA device"):
         assert MWSP(d=2, k=1, device="cuda").fit(graphs).timings_["engine"] == "compiled"
     # A device index torch does not have (one GPU, cuda:1) is not usable either.
-    monkeypatch.setattr(estimator, "numba_cuda_available", lambda: True)
+    monkeypatch.setattr(solvers, "numba_cuda_available", lambda: True)
     with pytest.warns(ExactEngineFallbackWarning, match="device='cuda:1', but torch sees no usable CUDA device"):
         assert MWSP(d=2, k=1, device="cuda:1").fit(graphs).timings_["engine"] == "compiled"
 
@@ -94,15 +96,15 @@ def test_auto_on_a_usable_cuda_device_runs_the_thread_engine_on_it(monkeypatch, 
     reference = MWSP(d=2, k=1).fit(graphs)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(estimator, "numba_cuda_available", lambda: True)
+    monkeypatch.setattr(solvers, "numba_cuda_available", lambda: True)
     calls = []
-    thread = estimator.thread_exact_distances
+    thread = solvers.thread_exact_distances
 
     def on_the_cpu(left, right, pairs, device, **kwargs):
         calls.append(device)
         return thread(left, right, pairs, device="cpu", **kwargs)
 
-    monkeypatch.setattr(estimator, "thread_exact_distances", on_the_cpu)
+    monkeypatch.setattr(solvers, "thread_exact_distances", on_the_cpu)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = MWSP(d=2, k=1, device="cuda:0").fit(graphs)
@@ -111,7 +113,7 @@ def test_auto_on_a_usable_cuda_device_runs_the_thread_engine_on_it(monkeypatch, 
         model.transform(graphs[:2])
         assert calls == ["cuda:0", "cuda:0"]
         assert MWSP(d=2, k=1, device="cuda", checkpoint=str(tmp_path)).fit(graphs).timings_["engine"] == "compiled"
-        monkeypatch.setattr(estimator, "THREAD_TABLE_BYTES", 8)
+        monkeypatch.setattr(solvers, "THREAD_TABLE_BYTES", 8)
         assert MWSP(d=2, k=1, device="cuda").fit(graphs).timings_["engine"] == "compiled"
     assert len(calls) == 2
 
@@ -123,6 +125,7 @@ torch.cuda.is_available = lambda: True  # torch is a CPU build here; numba's sim
 torch.cuda.device_count = lambda: 1
 from conftest import make_data
 from mwsp_torch import MWSP
+from mwsp_torch.transport import Exact
 rng = np.random.default_rng(1)
 graphs = []
 for _ in range(6):
@@ -130,7 +133,7 @@ for _ in range(6):
     edges = [(u, u + 1) for u in range(n - 1)] + [(0, n - 1)]
     graphs.append(make_data(n, edges, rng.integers(0, 3, n).tolist()))
 auto = MWSP(d=2, k=1, device="cuda").fit(graphs)
-compiled = MWSP(d=2, k=1, exact_engine="compiled").fit(graphs)
+compiled = MWSP(d=2, k=1, solver=Exact(engine="compiled")).fit(graphs)
 print(auto.timings_["engine"])
 print(float(np.max(np.abs(auto.distances_ - compiled.distances_))))
 """
@@ -156,10 +159,13 @@ def test_cli_exact_engine_defaults_to_auto():
     parser = build_parser()
     args = parser.parse_args(["distances", "--out", "w.npy"])
     _check_args(parser, args)
-    assert args.exact_engine == "auto"
+    assert _solver(args) == Exact(engine="auto")
     args = parser.parse_args(["distances", "--out", "w.npy", "--exact-engine", "compiled"])
     _check_args(parser, args)
-    assert args.exact_engine == "compiled"
+    assert _solver(args) == Exact(engine="compiled")
+    args = parser.parse_args(["distances", "--out", "w.npy", "--solver", "sinkhorn", "--blur", "0.1"])
+    _check_args(parser, args)
+    assert _solver(args) == Sinkhorn(blur=0.1)  # the options not given are the library's defaults
 
 
 # --- Sinkhorn on a CPU --------------------------------------------------------------------
@@ -169,7 +175,7 @@ def test_sinkhorn_on_a_cpu_warns_once_and_says_what_to_use():
     graphs = _graphs(count=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = MWSP(solver="sinkhorn", sinkhorn_check=0, scaling=0.5).fit(graphs)
+        model = MWSP(solver=Sinkhorn(check_pairs=0, scaling=0.5)).fit(graphs)
     on_cpu = [w for w in caught if issubclass(w.category, SinkhornOnCPUWarning)]
     assert len(on_cpu) == 1 and issubclass(SinkhornOnCPUWarning, UserWarning)
     message = str(on_cpu[0].message)
@@ -261,7 +267,7 @@ def test_checks_the_cli_uses_are_public():
         check_folds(y, 3, "n_outer")
     with pytest.raises(ValueError, match="n_inner=2 stratified inner folds"):
         check_inner_folds(np.array([0, 1] * 3), 2, 2)
-    model = MWSP(solver="sinkhorn", blur=0.1)
+    model = MWSP(solver=Sinkhorn(blur=0.1))
     model.validate_params()
     assert model.feature_settings() == {
         "d": 2,

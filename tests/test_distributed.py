@@ -13,7 +13,7 @@ from sklearn.base import clone
 from mwsp_torch import MWSP
 from mwsp_torch import distributed as mwsp_distributed
 from mwsp_torch.distributed import connect, dask_distances
-from mwsp_torch.transport import exact_distances, upper_pairs
+from mwsp_torch.transport import Exact, exact_distances, upper_pairs
 
 from random_graphs import random_graphs
 
@@ -131,8 +131,11 @@ def test_the_estimator_with_a_client_equals_it_without(client):
     "params,message",
     [
         ({"client": 3}, "client must be a distributed.Client or a scheduler address"),
-        ({"client": "tcp://127.0.0.1:1", "solver": "sinkhorn"}, "needs solver='exact'"),
-        ({"client": "tcp://127.0.0.1:1", "exact_engine": "thread"}, "exact_engine 'auto' or 'compiled'"),
+        (
+            {"client": "tcp://127.0.0.1:1", "solver": "sinkhorn"},
+            r"needs Exact\(engine='auto'\) or Exact\(engine='compiled'\), got Sinkhorn",
+        ),
+        ({"client": "tcp://127.0.0.1:1", "solver": Exact(engine="thread")}, r"got Exact\(engine='thread'\)"),
     ],
 )
 def test_the_estimator_refuses_a_bad_client_before_any_work(params, message):
@@ -156,8 +159,11 @@ def test_the_command_line_on_a_local_cluster_writes_the_same_matrix(tmp_path, ca
     [
         (["--scheduler", "tcp://127.0.0.1:1", "--dask-workers", "2"], "exclude each other"),
         (["--dask-workers", "0"], "--dask-workers must be >= 1"),
-        (["--dask-workers", "2", "--solver", "sinkhorn"], "Dask runs the compiled exact engine"),
-        (["--dask-workers", "2", "--exact-engine", "thread"], "Dask runs the compiled exact engine"),
+        (
+            ["--dask-workers", "2", "--solver", "sinkhorn"],
+            "--scheduler or --dask-workers runs the compiled exact engine",
+        ),
+        (["--dask-workers", "2", "--exact-engine", "thread"], "runs the compiled exact engine's tiles on Dask workers"),
     ],
 )
 def test_the_command_line_refuses_bad_dask_options(flags, message, capsys, tmp_path):
@@ -189,7 +195,8 @@ def test_a_streamed_matrix_equals_the_fitted_one_bit_for_bit(client, tmp_path, o
     graphs = [*graphs, graphs[0], graphs[3]]
     expected = MWSP(d=3, k=1).fit(graphs).distances_
     path = tmp_path / "W.npy"
-    w = mwsp_distributed.stream_distances(graphs, path, client if on_dask else None, tile_size=97, n_jobs=1, d=3, k=1)
+    model = MWSP(d=3, k=1, n_jobs=1, client=client if on_dask else None)
+    w = mwsp_distributed.stream_distances(model, graphs, path, tile_size=97)
     assert isinstance(w, np.memmap) and not (tmp_path / "W.npy.distinct.npy").exists()
     assert np.array_equal(np.load(path), expected)
     assert w[0, 40] == 0 and (w[0, 1:40] > 0).all()

@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 
 from mwsp_torch import MWSP, TreeIDs, krein_projector, make_csl
 from mwsp_torch.datasets import CSL_SKIPS
+from mwsp_torch.transport import Exact, Sinkhorn
 from mwsp_torch.transport.engines import ExactEngineFallbackWarning
 
 from conftest import make_data
@@ -436,7 +437,7 @@ def test_sinkhorn_transform_does_not_depend_on_the_other_new_graphs(mutag):
     from mwsp_torch.transport import sinkhorn_distances, upper_pairs
 
     graphs = mutag[0]
-    model = MWSP(d=2, k=0, solver="sinkhorn", blur=0.01, scaling=0.9).fit(graphs[:20])
+    model = MWSP(d=2, k=0, solver=Sinkhorn(blur=0.01, scaling=0.9)).fit(graphs[:20])
     alone = model.cross_distances(graphs[20:21])[0]
     together = model.cross_distances(graphs[20:30])
     np.testing.assert_allclose(together[0], alone, rtol=1e-12, atol=0)
@@ -450,7 +451,7 @@ def test_sinkhorn_fit_measures_its_error_against_exact(mutag):
     the reported figures are those of the two whole matrices."""
     graphs = mutag[0][:12]
     exact = MWSP(d=2, k=0).fit(graphs).distances_
-    model = MWSP(d=2, k=0, solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=1000).fit(graphs)
+    model = MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05, scaling=0.9, check_pairs=1000)).fit(graphs)
     iu = np.triu_indices(len(graphs), 1)
     assert model.timings_["distinct_measures"] == len(graphs)  # so the check's pairs are these
     gap = np.abs(model.distances_[iu] - exact[iu])
@@ -462,16 +463,16 @@ def test_sinkhorn_fit_measures_its_error_against_exact(mutag):
     np.testing.assert_allclose(report["max_absolute"], gap.max(), rtol=1e-12)
     assert model.timings_["sinkhorn_median_relative_error"] == report["median_relative"]
     # A sample: 10 of the 66 pairs, its error no larger than the whole's; blur 1.0 errs 9x more (measured).
-    sample = MWSP(d=2, k=0, solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=10).fit(graphs)
+    sample = MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05, scaling=0.9, check_pairs=10)).fit(graphs)
     assert sample.sinkhorn_error_["pairs"] == sample.timings_["sinkhorn_check_pairs"] == 10
     assert 0 < sample.sinkhorn_error_["max_relative"] <= relative.max()
-    coarse = MWSP(d=2, k=0, solver="sinkhorn", blur=1.0, scaling=0.9).fit(graphs)
+    coarse = MWSP(d=2, k=0, solver=Sinkhorn(blur=1.0, scaling=0.9)).fit(graphs)
     assert coarse.sinkhorn_error_["median_relative"] > 5 * report["median_relative"]
-    assert MWSP(d=2, k=0, solver="sinkhorn", sinkhorn_check=0).fit(graphs[:3]).sinkhorn_error_ is None
+    assert MWSP(d=2, k=0, solver=Sinkhorn(check_pairs=0)).fit(graphs[:3]).sinkhorn_error_ is None
     assert MWSP(d=2, k=0).fit(graphs[:3]).sinkhorn_error_ is None
     for bad in (-1, True, 2.5):
-        with pytest.raises(ValueError, match="sinkhorn_check must be an integer >= 0"):
-            MWSP(solver="sinkhorn", sinkhorn_check=bad).fit(graphs[:3])
+        with pytest.raises(ValueError, match="check_pairs must be an integer >= 0"):
+            MWSP(solver=Sinkhorn(check_pairs=bad)).fit(graphs[:3])
 
 
 @pytest.mark.parametrize(
@@ -487,13 +488,13 @@ def test_transform_refuses_settings_changed_since_fit(name, value):
     model.set_params(**{name: MWSP().get_params()[name]})  # set back: no refit needed
     np.testing.assert_array_equal(model.transform(datas(NEW)), expected)
     # What W does not depend on may change freely.
-    model.set_params(lam=2.0, n_jobs=1, exact_engine="thread", progress=False)
+    model.set_params(lam=2.0, n_jobs=1, solver=Exact(engine="thread"), progress=False)
     np.testing.assert_allclose(model.transform(datas(NEW)), expected**2, rtol=1e-12)
 
 
 def test_sinkhorn_blur_changed_since_fit_is_refused():
-    model = MWSP(solver="sinkhorn", blur=0.05, scaling=0.9).fit(datas(TRAIN))
-    model.set_params(blur=0.1)
+    model = MWSP(solver=Sinkhorn(blur=0.05, scaling=0.9)).fit(datas(TRAIN))
+    model.set_params(solver__blur=0.1)
     with pytest.raises(ValueError, match="blur is 0.1 but the model was fitted with 0.05"):
         model.transform(datas(NEW))
 
@@ -505,25 +506,26 @@ def test_device_is_checked_before_any_work(monkeypatch):
     with pytest.raises(ValueError, match="device must be"):
         MWSP(device="bogus").fit(datas(TRAIN))  # parsed even where unused
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for options in ({"solver": "sinkhorn"}, {"exact_engine": "batched"}):
+    for options in ({"solver": "sinkhorn"}, {"solver": Exact(engine="batched")}):
         with pytest.raises(ValueError, match="torch sees no CUDA device"):
             MWSP(device="cuda", **options).fit(datas(TRAIN))
     # The compiled engine runs on the CPU whatever device says; the default ("auto") falls
     # back to it, with a warning, where the CUDA device cannot be used.
     cpu = MWSP().fit(datas(TRAIN)).distances_
-    np.testing.assert_array_equal(MWSP(device="cuda:1", exact_engine="compiled").fit(datas(TRAIN)).distances_, cpu)
+    compiled = MWSP(device="cuda:1", solver=Exact(engine="compiled"))
+    np.testing.assert_array_equal(compiled.fit(datas(TRAIN)).distances_, cpu)
     with pytest.warns(ExactEngineFallbackWarning, match="device='cuda:1', but torch sees no usable CUDA device"):
         np.testing.assert_array_equal(MWSP(device="cuda:1").fit(datas(TRAIN)).distances_, cpu)
 
 
 def test_sinkhorn_backend_reaches_the_solver():
-    with pytest.raises(ValueError, match="sinkhorn_backend must be one of"):
-        MWSP(solver="sinkhorn", sinkhorn_backend="keops").fit(datas(TRAIN))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        MWSP(solver=Sinkhorn(backend="keops")).fit(datas(TRAIN))
     with pytest.raises(ValueError, match="runs on a CUDA device, not device="):  # Triton asked for on a CPU
-        MWSP(solver="sinkhorn", sinkhorn_backend="triton").fit(datas(TRAIN))
-    options = dict(solver="sinkhorn", blur=0.05, scaling=0.9, sinkhorn_check=0)
-    fused = MWSP(sinkhorn_backend="fused", **options).fit(datas(TRAIN)).distances_
-    geomloss = MWSP(sinkhorn_backend="tensorized", **options).fit(datas(TRAIN)).distances_
+        MWSP(solver=Sinkhorn(backend="triton")).fit(datas(TRAIN))
+    options = dict(blur=0.05, scaling=0.9, check_pairs=0)
+    fused = MWSP(solver=Sinkhorn(backend="fused", **options)).fit(datas(TRAIN)).distances_
+    geomloss = MWSP(solver=Sinkhorn(backend="tensorized", **options)).fit(datas(TRAIN)).distances_
     np.testing.assert_allclose(geomloss, fused, rtol=1e-9, atol=1e-12)
 
 

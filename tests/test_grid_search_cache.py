@@ -20,6 +20,7 @@ from sklearn.svm import SVC
 from mwsp_torch import MWSP
 from mwsp_torch import estimator as estimator_module
 from mwsp_torch.estimator import FIT_CACHE_ENV, clear_fit_cache, joblib_worker_threads
+from mwsp_torch.transport import Exact, solvers
 
 
 @pytest.fixture
@@ -138,14 +139,14 @@ def test_n_jobs_in_a_joblib_worker_is_the_workers_share(monkeypatch, mutag):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert MWSP()._n_threads() == 4
     seen = []
-    solve = estimator_module.exact_distances
+    solve = solvers.exact_distances
 
     def recording(*args, n_jobs, **kwargs):
         seen.append(n_jobs)
         return solve(*args, n_jobs=n_jobs, **kwargs)
 
-    monkeypatch.setattr(estimator_module, "exact_distances", recording)
-    MWSP(exact_engine="compiled").fit(mutag[0][:10])
+    monkeypatch.setattr(solvers, "exact_distances", recording)
+    MWSP(solver=Exact(engine="compiled")).fit(mutag[0][:10])
     assert seen == [4]
     monkeypatch.delitem(sys.modules, "joblib.externals.loky.process_executor")
     assert joblib_worker_threads() is None

@@ -19,7 +19,7 @@ def test_all_graphs_as_landmarks_give_the_full_kernel():
     # lam large enough that exp(-lam W) is positive definite on these graphs (asserted below),
     # so at m = n the features are K^(1/2) in the landmarks' order and their Gram matrix is K.
     full = MWSP(d=2, k=1, lam=2.0).fit(GRAPHS).kernel()
-    nys = MWSPNystroem(n_components=len(GRAPHS), d=2, k=1, lam=2.0, random_state=0).fit(GRAPHS)
+    nys = MWSPNystroem(mwsp=MWSP(d=2, k=1), n_components=len(GRAPHS), lam=2.0, random_state=0).fit(GRAPHS)
     assert nys.dropped_eigenvalues_ == 0
     features = nys.transform(GRAPHS)
     np.testing.assert_allclose(features @ features.T, full, rtol=0, atol=1e-10)
@@ -32,7 +32,7 @@ def test_all_graphs_as_landmarks_give_the_full_kernel():
 @pytest.mark.parametrize("landmarks", ["random", "kmeans++"])
 def test_landmark_rows_are_exact_and_the_rest_approximate(landmarks):
     full = MWSP(d=2, k=0, lam=2.0).fit(GRAPHS).kernel()
-    nys = MWSPNystroem(n_components=8, landmarks=landmarks, d=2, k=0, lam=2.0, random_state=3).fit(GRAPHS)
+    nys = MWSPNystroem(mwsp=MWSP(d=2, k=0), n_components=8, landmarks=landmarks, lam=2.0, random_state=3).fit(GRAPHS)
     order = nys.landmark_indices_
     assert len(order) == 8 and len(set(order.tolist())) == 8
     features = nys.transform(GRAPHS)
@@ -131,11 +131,11 @@ def test_kmeans_plus_plus_never_picks_a_copy_of_a_landmark():
 
 def test_in_a_pipeline_with_a_linear_classifier():
     y = np.array([int(g.num_nodes > 6) for g in GRAPHS])
-    pipe = make_pipeline(MWSPNystroem(n_components=10, random_state=0), LogisticRegression(max_iter=1000))
+    pipe = make_pipeline(MWSPNystroem(MWSP(), n_components=10, random_state=0), LogisticRegression(max_iter=1000))
     pipe.fit(GRAPHS, y)
     assert pipe.predict(GRAPHS).shape == (len(GRAPHS),)
     copy = clone(pipe)
-    copy.set_params(mwspnystroem__n_components=5, mwspnystroem__d=3)
+    copy.set_params(mwspnystroem__n_components=5, mwspnystroem__mwsp__d=3)
     assert copy.get_params()["mwspnystroem__n_components"] == 5
     assert copy.fit(GRAPHS, y).named_steps["mwspnystroem"].model_.d == 3
 
@@ -149,7 +149,9 @@ def test_in_a_pipeline_with_a_linear_classifier():
         ({"landmarks": "farthest"}, "landmarks must be one of"),
         ({"eigen_tol": 0}, "eigen_tol must be in"),
         ({"random_state": -1}, "random_state must be None or an integer"),
-        ({"d": -1}, "d must be an integer >= 0"),
+        ({"mwsp": MWSP(d=-1)}, "d must be an integer >= 0"),
+        ({"mwsp": MWSP(lam=0)}, "mwsp.lam must be a number > 0"),
+        ({"mwsp": "MWSP"}, "mwsp must be an MWSP or None, got str"),
     ],
 )
 def test_bad_parameters_fail_before_any_work(params, message, monkeypatch):
@@ -229,7 +231,9 @@ def test_the_protocol_features_are_the_transformer_features(protocol_w):
     from mwsp_torch.evaluation.nystroem import PoolFeatures
 
     landmarks = np.arange(10, 20)
-    nys = MWSPNystroem(n_components=10, d=2, k=0, lam=0.5, random_state=0).fit([PROTOCOL_GRAPHS[i] for i in landmarks])
+    nys = MWSPNystroem(mwsp=MWSP(d=2, k=0), n_components=10, lam=0.5, random_state=0).fit(
+        [PROTOCOL_GRAPHS[i] for i in landmarks]
+    )
     features, _ = PoolFeatures(protocol_w, np.arange(40), 40, 1e-12)(
         np.arange(40), landmarks[nys.landmark_indices_], 0.5
     )

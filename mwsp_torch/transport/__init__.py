@@ -16,7 +16,9 @@ between rows (``docs/definition.md``). One file per job, in the order data flows
   (:func:`sinkhorn_distances`);
 - :mod:`~mwsp_torch.transport.gpu`: the exact engines for GPUs
   (:func:`batched_exact_distances`, :func:`thread_exact_distances`);
-- :mod:`~mwsp_torch.transport.engines`: which exact engine ``exact_engine="auto"`` runs.
+- :mod:`~mwsp_torch.transport.engines`: which exact engine ``Exact(engine="auto")`` runs;
+- :mod:`~mwsp_torch.transport.solvers`: the one entry point, :func:`distances`, with the solver's
+  options (:class:`Exact`, :class:`Sinkhorn`) as an argument and the engine chosen inside.
 """
 
 from mwsp_torch.transport.costs import COST_METHODS
@@ -24,6 +26,7 @@ from mwsp_torch.transport.exact import exact_distances, pot_distances, resolve_n
 from mwsp_torch.transport.gpu import batched_exact_distances, thread_exact_distances
 from mwsp_torch.transport.measures import RowVocabulary, SupportSet, collapse, upper_pairs
 from mwsp_torch.transport.sinkhorn import SINKHORN_BACKENDS, sinkhorn_diameter, sinkhorn_distances
+from mwsp_torch.transport.solvers import Exact, Sinkhorn, distances
 from mwsp_torch.transport.store import checkpoint_directory
 
 #: ``solver=`` of :class:`mwsp_torch.MWSP`: the exact W, or its Sinkhorn approximation.
@@ -31,13 +34,16 @@ SOLVERS = ("exact", "sinkhorn")
 
 __all__ = [
     "COST_METHODS",
+    "Exact",
     "SINKHORN_BACKENDS",
     "SOLVERS",
+    "Sinkhorn",
     "RowVocabulary",
     "SupportSet",
     "batched_exact_distances",
     "checkpoint_directory",
     "collapse",
+    "distances",
     "exact_distances",
     "pot_distances",
     "resolve_n_jobs",
