@@ -10,7 +10,10 @@ test accuracies. The test part is read once per retrain, after training; nothing
 it. :func:`run_gnn_fold` is that, for :class:`mwsp_torch.gnn.ErricaGIN` (``method="gin"``)
 and their structure-agnostic baseline (``method="baseline"``:
 :class:`mwsp_torch.gnn.MolecularFingerprint` on chemical data,
-:class:`mwsp_torch.gnn.DeepMultisets` on ENZYMES and the social datasets, as their configs).
+:class:`mwsp_torch.gnn.DeepMultisets` on ENZYMES and the social datasets, as their configs),
+and for GIN with template pooling (:data:`POOLING_METHODS`, :class:`mwsp_torch.gnn.GINTemplatePooling`:
+``gin_pool``, ``gin_pool_tree_ids`` on tree IDs fitted on each fold's training graphs,
+:func:`tree_id_fold_inputs`, and ``gin_tfgw``), on GIN's grid and budget.
 
 Grids and budgets come in profiles (:data:`PROFILES`):
 
