@@ -324,7 +324,7 @@ def entry(name: str, codes: str, returns: str):
     """Declare the numba function it is applied to as the extension's entry point ``name``
     (arguments :attr:`Kernel.codes`, return type ``returns``); returns its :class:`Kernel`::
 
-        _row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(_row_squares)
+        _row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(row_squares)
 
     The function's module must be one of :data:`SOURCE_MODULES`, so that an edit of it
     changes the build's key; a name is declared once (a module imported again may declare

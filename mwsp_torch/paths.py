@@ -35,8 +35,11 @@ __all__ = [
     "MAX_PATHS",
     "PATH_MODES",
     "SMALL_SORT",
+    "insertion_order",
+    "insertion_order_by_pair",
     "node_feature_maps",
 ]
+
 
 PATH_MODES = ("split", "all")
 
@@ -62,7 +65,7 @@ def _grow(arr, need):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _insertion_order(key, n, perm):
+def insertion_order(key, n, perm):
     """``perm[:n]``: the indices ``0 .. n - 1`` by ascending ``key``, ties in index order."""
     for j in range(n):
         x = key[j]
@@ -74,7 +77,7 @@ def _insertion_order(key, n, perm):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _insertion_order_2(major, minor, n, perm):
+def insertion_order_by_pair(major, minor, n, perm):
     """``perm[:n]``: the indices by ascending ``(major, minor)``, ties in index order: the order
     of a stable sort by ``minor`` followed by a stable sort by ``major``."""
     for j in range(n):
@@ -193,7 +196,7 @@ def _path_features_kernel(
                 for i in range(n_nx):
                     key[i] = nx_rep[i] * tail + pos[nx_node[i] - lo]
                 if n_nx <= SMALL_SORT:
-                    _insertion_order(key, n_nx, perm)
+                    insertion_order(key, n_nx, perm)
                 else:
                     perm[:n_nx] = np.argsort(key[:n_nx])
                 st_node = _grow(st_node, n_nx)
@@ -214,7 +217,7 @@ def _path_features_kernel(
         # Canonical summation: sort by (column, value), then add runs.
         perm = _grow(perm, n_emit)
         if n_emit <= SMALL_SORT:
-            _insertion_order_2(em_rep, em_w, n_emit, perm)
+            insertion_order_by_pair(em_rep, em_w, n_emit, perm)
         else:
             by_w = np.argsort(em_w[:n_emit], kind="mergesort")
             by_rep = np.argsort(em_rep[:n_emit][by_w], kind="mergesort")

@@ -32,7 +32,8 @@ from mwsp_torch._interning import Vocabulary, intern_pair
 from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 
-__all__ = ["UNSEEN", "TreeIDs", "tree_ids"]
+# Vocabulary: the fitted dictionary tree_ids takes, public here with it.
+__all__ = ["UNSEEN", "TreeIDs", "Vocabulary", "tree_ids"]
 
 #: The index a fitted :class:`TreeIDs` gives a tree without one of its own.
 UNSEEN = 0

@@ -350,7 +350,7 @@ print("numba ready:", setup._ready)
 _NEGATIVE_INDEX_AUDIT = """
 import numpy as np
 from mwsp_torch import MWSP, _aot, load_tudataset
-from mwsp_torch.transport._simplex import transport_cost
+from mwsp_torch.transport.exact import transport_cost
 from mwsp_torch.transport import exact_distances, upper_pairs
 
 _aot._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
@@ -407,7 +407,7 @@ def test_only_this_package_loses_the_wraparound(tmp_path):
     script = """
 import numba, numpy as np
 from mwsp_torch import _aot
-from mwsp_torch.transport._simplex import cost_width
+from mwsp_torch.transport.exact import cost_width
 _aot._index_without_wraparound()
 
 @numba.njit

@@ -69,7 +69,7 @@ def _define_atomic_inc_dec(module, op, ordering):
 
 nrt._define_atomic_inc_dec = _define_atomic_inc_dec
 
-from mwsp_torch.transport._simplex import cost_width, transport_cost
+from mwsp_torch.transport.exact import cost_width, transport_cost
 
 def increments(call):
     call()  # compile

@@ -4,10 +4,9 @@ import numpy as np
 import torch
 
 from mwsp_torch import MWSP
-from mwsp_torch._interning import Vocabulary
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.paths import node_feature_maps
-from mwsp_torch.trees import tree_ids
+from mwsp_torch.trees import Vocabulary, tree_ids
 
 from conftest import make_data
 

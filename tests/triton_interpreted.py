@@ -12,7 +12,7 @@ import mwsp_torch.transport._batched_sinkhorn as loop
 import mwsp_torch.transport._triton_sinkhorn as kernels
 from mwsp_torch import MWSP, load_tudataset
 from mwsp_torch.transport import sinkhorn_distances, upper_pairs
-from mwsp_torch.transport.sinkhorn import _triton_kernels
+from mwsp_torch.transport.sinkhorn import triton_kernels
 
 
 def relative(got, expected):
@@ -31,7 +31,7 @@ def padded(ptr, ids, mass, graphs):
 
 
 def main(data_root: str, cache_dir: str) -> None:
-    assert _triton_kernels(torch.zeros(1)) is kernels  # CPU tensors are accepted under the interpreter
+    assert triton_kernels(torch.zeros(1)) is kernels  # CPU tensors are accepted under the interpreter
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
     points = torch.rand(40, 5, dtype=torch.float64)

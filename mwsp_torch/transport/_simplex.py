@@ -322,14 +322,14 @@ def transport_cost(
     demand_pot = pot[m:]
     scale = 0.0
     for p in range(m):
-        scale = max(scale, _max_abs(cost[p], n))
+        scale = max(scale, max_abs(cost[p], n))
     tol = 1e-14 * max(scale, 1e-300)
     # Reduced costs are (c - v) - u: their rounding grows with the potentials, which drift
     # far beyond the costs over many pivots (DD graphs 5 and 21: |u| two orders of magnitude
     # over the costs). So the pricing threshold grows with a bound on max |pot|: the true maximum
     # every num_nodes pivots, plus every shift since (a shift moves a potential by the
     # entering arc's reduced cost). See POT_REL_TOL.
-    pot_bound = _max_abs(pot, num_nodes)
+    pot_bound = max_abs(pot, num_nodes)
     since_bound = 0
     top = 2 * num_basic - 1
     p = 0
@@ -351,7 +351,7 @@ def transport_cost(
             raise RuntimeError("transport_cost: pivot limit reached: the basis tree or its potentials are inconsistent")
         since_bound += 1
         if since_bound == num_nodes:
-            pot_bound = _max_abs(pot, num_nodes)
+            pot_bound = max_abs(pot, num_nodes)
             since_bound = 0
         pot_bound += abs(cost[enter_p, enter_q] - pot[enter_p] - demand_pot[enter_q])
         # Cycle: enter_p -> enter_q (+), then the tree path from enter_q back to enter_p.
@@ -428,7 +428,7 @@ def _first_tree(
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _max_abs(values, n):
+def max_abs(values, n):
     """``max(abs(values[:n]))`` (0 for ``n == 0``): the pricing threshold's cost scale and
     potential bound. ``fastmath`` lets LLVM vectorise it (the maximum is exact in any order,
     and costs and potentials are finite); numba's own ``max`` of floats handles NaN and so
@@ -851,7 +851,7 @@ def _row_minimum_start(
     offset, lows, rows = borrowed(offset_owner), borrowed(lows_owner), borrowed(rows_owner)
     for p in range(m):
         lows[p] = _start_row_min(cost, n, flat, stride, chunks, padded, offset, p)
-    _rows_by_minimum(lows, rows, RANK_SORT_MAX_ROWS)
+    rows_by_minimum(lows, rows, RANK_SORT_MAX_ROWS)
     count = 0
     for p in rows:
         row = cost[p]
@@ -882,7 +882,7 @@ def _row_minimum_start(
 
 
 @njit(cache=True, nogil=True)
-def _rows_by_minimum(lows, rows, rank_sort_max_rows):
+def rows_by_minimum(lows, rows, rank_sort_max_rows):
     """Row indices into ``rows`` in ascending order of ``lows``, ties by index (a stable
     sort): up to ``rank_sort_max_rows`` rows, each row's rank counted branch-free
     (``RANK_SORT_MAX_ROWS``), else ``np.argsort``'s merge sort."""

@@ -35,6 +35,7 @@ __all__ = [
     "TABLE_BYTES",
     "auto_costs",
     "bank_columns",
+    "column_method",
     "cost_buffers",
     "cost_matrix",
     "distance_table",
@@ -43,8 +44,10 @@ __all__ = [
     "merged_costs",
     "recomputed_where_cancelled",
     "row_distance_table",
+    "row_squares",
     "scattered_costs",
 ]
+
 
 #: Ways to the ground costs of :func:`~mwsp_torch.transport.exact_distances` (``costs=``).
 COST_METHODS = ("auto", "table", "lists", "scattered", "merged")
@@ -247,7 +250,7 @@ def inverted_costs(indptr, indices, data, squares, pos_ids, neg_ids, head, cost)
 
 
 @njit(cache=True)
-def _row_squares(indptr, data):
+def row_squares(indptr, data):
     """Each row's squared norm, summed in column order (as the scattered and listed costs sum)."""
     out = np.zeros(indptr.shape[0] - 1, dtype=np.float64)
     for a in range(out.shape[0]):
@@ -258,7 +261,7 @@ def _row_squares(indptr, data):
     return out
 
 
-_row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(_row_squares)
+_row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(row_squares)
 
 
 @njit(cache=True, nogil=True)
@@ -320,7 +323,7 @@ _aot.entry("table_part", "i1 i1 f1 f2 i i", "void")(_table_part)
 _aot.entry("mirror_part", "f2 i i", "void")(_mirror_part)
 
 
-def _column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) -> str:
+def column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) -> str:
     """``"lists"`` or ``"scattered"``, whichever the bank's rows should find their costs by.
 
     Scattered costs take about ``1 + 1.3 e`` ns an entry of a cost matrix, ``e`` the
@@ -342,13 +345,13 @@ def _column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) ->
 def auto_costs(indptr: np.ndarray, indices: np.ndarray, num_columns: int, table_bytes: int = TABLE_BYTES) -> str:
     """The way ``costs="auto"`` finds a bank's ground costs (see
     :func:`~mwsp_torch.transport.exact_distances`):
-    the table if it fits ``table_bytes``, else lists or scattered by :func:`_column_method`
+    the table if it fits ``table_bytes``, else lists or scattered by :func:`column_method`
     up to ``BUFFER_MAX_COLUMNS`` columns, else merged."""
     num_rows = len(indptr) - 1
     if 0 < num_rows * num_rows * 8 <= table_bytes:
         return "table"
     if num_columns <= BUFFER_MAX_COLUMNS:
-        return _column_method(indptr, indices, num_columns)
+        return column_method(indptr, indices, num_columns)
     return "merged"
 
 

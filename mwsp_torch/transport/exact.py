@@ -25,6 +25,8 @@ from numba import njit, prange
 from mwsp_torch import _aot
 from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
+
+# One problem, solved exactly: public here for callers (and tests) of a single transport.
 from mwsp_torch.transport._simplex import cost_width, transport_cost
 from mwsp_torch.transport.costs import (
     COST_METHODS,
@@ -46,11 +48,15 @@ __all__ = [
     "PAIR_BLOCK",
     "PAIR_CHUNK",
     "RUNS_PER_THREAD",
+    "ExactWorkers",
     "exact_distances",
     "numba_threads",
+    "cost_width",
     "pot_distances",
     "resolve_n_jobs",
+    "transport_cost",
 ]
+
 
 #: Pairs per chunk of the exact kernel's parallel loop (each chunk zeroes its own column buffer).
 PAIR_CHUNK = 256
@@ -60,11 +66,11 @@ PAIR_CHUNK = 256
 #: ignores ``set_parallel_chunksize`` here), so contiguous chunks would leave one thread
 #: with whatever heavy pairs a run of the tile held (DD's sizes are heavy-tailed).
 #: Interleaved blocks give each thread a sample. (The ahead-of-time engine hands out runs
-#: of consecutive pairs instead: :meth:`_ExactWorkers.each_chunk`.)
+#: of consecutive pairs instead: :meth:`ExactWorkers.each_chunk`.)
 PAIR_BLOCK = 8
 
 #: Runs of pairs a thread of the ahead-of-time engine takes at least from a tile
-#: (:meth:`_ExactWorkers.each_chunk`), fewer pairs a run where a tile is small.
+#: (:meth:`ExactWorkers.each_chunk`), fewer pairs a run where a tile is small.
 RUNS_PER_THREAD = 8
 
 #: Cost entries of the buffer each thread of the exact kernel keeps for its pairs' cost
@@ -138,7 +144,7 @@ def _pairs_chunks(
 ):  # fmt: skip
     """Chunks ``first, first + step, ...`` of :func:`_pairs_kernel`, each with its own zeroed
     buffers, in this thread: :func:`_pairs_kernel` and the ahead-of-time compiled engine
-    (:mod:`mwsp_torch._aot`, :meth:`_ExactWorkers.each_chunk`) call it for one chunk."""
+    (:mod:`mwsp_torch._aot`, :meth:`ExactWorkers.each_chunk`) call it for one chunk."""
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
@@ -208,7 +214,7 @@ def exact_distances(
     """Exact W for each pair ``(i, j)``: graph ``i`` of ``left`` against graph ``j`` of ``right``.
 
     Compiled end to end (:mod:`mwsp_torch.transport._simplex`), pairs spread over ``n_jobs``
-    threads (:class:`_ExactWorkers`), in tiles of ``tile_size`` pairs.
+    threads (:class:`ExactWorkers`), in tiles of ``tile_size`` pairs.
 
     Args:
         left (SupportSet): graphs of the first index.
@@ -261,7 +267,7 @@ def exact_distances(
     if table is None:
         table = np.empty((0, 0), dtype=np.float64)
     arrays = (pairs, *left.arrays(), *right.arrays(), indptr, indices, data, table, squares)
-    with _ExactWorkers(n_jobs, arrays) as workers:
+    with ExactWorkers(n_jobs, arrays) as workers:
         for index, lo, hi in todo:
             if use_table and table.shape[0] == 0:  # built once, and only if some tile needs it
                 table = workers.table(indptr, indices, data)
@@ -278,7 +284,7 @@ def exact_distances(
     return out
 
 
-class _ExactWorkers:
+class ExactWorkers:
     """The threads of :func:`exact_distances`: numba's, for its ``prange`` kernels, or a
     thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`) once
     per chunk of pairs (:meth:`each_chunk`); a pair's value is the same either way."""
@@ -293,7 +299,7 @@ class _ExactWorkers:
         self._context = None
         self._pool = None
 
-    def __enter__(self) -> _ExactWorkers:
+    def __enter__(self) -> ExactWorkers:
         if self.extension is None:
             numba_ready()
             self._context = numba_threads(self.n_jobs)
@@ -350,7 +356,7 @@ class _ExactWorkers:
         return out
 
 
-def _tile_kernel(workers: _ExactWorkers, *args) -> None:
+def _tile_kernel(workers: ExactWorkers, *args) -> None:
     """One tile of :func:`exact_distances` (arguments as :func:`_pairs_kernel`'s) on ``workers``."""
     if workers.extension is None:
         _pairs_kernel(*args)

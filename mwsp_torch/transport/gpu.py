@@ -32,7 +32,9 @@ from mwsp_torch.transport.measures import SupportSet, bank_arrays, cancel_pairs,
 from mwsp_torch.transport.sinkhorn import shape_buckets
 
 __all__ = [
+    "PairQueue",
     "batched_exact_distances",
+    "cuda_device_index",
     "thread_exact_distances",
 ]
 
@@ -229,8 +231,8 @@ def thread_exact_distances(
 
         # A broken numba CUDA or a device numba does not see fails here, before any work;
         # the worker thread has no current context, so it is given the caller's device.
-        index = _cuda_device_index(ts.import_numba_cuda(), device)
-        queue = _PairQueue(len(small))
+        index = cuda_device_index(ts.import_numba_cuda(), device)
+        queue = PairQueue(len(small))
         report = _serialized(progress)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mwsp-cuda") as worker:
             gpu = worker.submit(
@@ -280,7 +282,7 @@ def _run_thread_kernels_on_cpu(pairs, sets, table, chunk_size, n_jobs, values, s
                 progress(hi - lo)
 
 
-class _PairQueue:
+class PairQueue:
     """Spans of ``range(total)`` handed out once each, from the front or from the back."""
 
     def __init__(self, total: int) -> None:
@@ -342,7 +344,7 @@ def _thread_kernels_on_cuda(index, pairs, sets, table, queue, chunk_size, thread
             report(hi - lo)
 
 
-def _cuda_device_index(cuda, device: str) -> int:
+def cuda_device_index(cuda, device: str) -> int:
     """The CUDA device ``device`` names: ``cuda:N``, or for ``cuda`` the calling thread's
     current one (torch's, say, after ``torch.cuda.set_device``), else 0."""
     if ":" in device:

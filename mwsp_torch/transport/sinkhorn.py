@@ -25,10 +25,14 @@ from mwsp_torch.transport.measures import SupportSet, shared_bank
 
 __all__ = [
     "SINKHORN_BACKENDS",
+    "padding_batches",
     "shape_buckets",
     "sinkhorn_diameter",
     "sinkhorn_distances",
+    "triton_kernels",
+    "width_class",
 ]
+
 
 #: ``backend=`` of :func:`sinkhorn_distances`.
 SINKHORN_BACKENDS = ("auto", "fused", "triton", "tensorized", "online")
@@ -52,7 +56,7 @@ def sinkhorn_distances(
     """Debiased Sinkhorn approximation of W (geomloss's algorithm, ``p=1``), batched on ``device``.
 
     Pairs are batched by the sizes of their two supports, so that the zero-weight padding
-    of a batch stays small: for geomloss's backends by :func:`_padding_batches` (padding
+    of a batch stays small: for geomloss's backends by :func:`padding_batches` (padding
     adds at most 56 % to a batch's cost entries), for the fused ones by
     shape (widths rounded up to a multiple of 4). Every backend gives
     geomloss's value (the ``fused`` one to 1e-9 relative in float64, tested).
@@ -113,7 +117,7 @@ def sinkhorn_distances(
     width_l, width_r = np.diff(left.graph_ptr)[pairs[:, 0]], np.diff(right.graph_ptr)[pairs[:, 1]]
     losses = {}  # one geomloss object per backend used
     out = np.empty(len(pairs), dtype=np.float64)
-    pending = _padding_batches(width_l, width_r, batch_size)
+    pending = padding_batches(width_l, width_r, batch_size)
     while pending:
         at = pending.pop(0)
         chunk = pairs[at]
@@ -155,7 +159,7 @@ def sinkhorn_distances(
     return out
 
 
-def _width_class(width: np.ndarray) -> np.ndarray:
+def width_class(width: np.ndarray) -> np.ndarray:
     """``width`` rounded up to a coarse grid: exact to 8, then 4 steps an octave (a step is
     an eighth to a quarter of the width), so a class's widths are within 25 % of its top."""
     width = np.asarray(width, dtype=np.int64)
@@ -163,11 +167,11 @@ def _width_class(width: np.ndarray) -> np.ndarray:
     return np.where(width <= 8, width, -(-width // step) * step)
 
 
-def _padding_batches(width_l: np.ndarray, width_r: np.ndarray, batch_size: int, slack: float = 1.5) -> list[np.ndarray]:
+def padding_batches(width_l: np.ndarray, width_r: np.ndarray, batch_size: int, slack: float = 1.5) -> list[np.ndarray]:
     """Pair indices in batches of at most ``batch_size`` for zero-weight padding to a batch's
     widest sides.
 
-    Pairs are grouped by the classes of their two widths (:func:`_width_class`), the groups
+    Pairs are grouped by the classes of their two widths (:func:`width_class`), the groups
     taken in class order, and consecutive groups merged into one batch while its padded
     area (pairs x widest left x widest right) stays within ``slack`` times the real one
     (the sum of ``width_l * width_r``), so that few small groups do not each cost a call.
@@ -180,7 +184,7 @@ def _padding_batches(width_l: np.ndarray, width_r: np.ndarray, batch_size: int, 
     batches: list[np.ndarray] = []
     current: list[np.ndarray] = []
     count = real = top_l = top_r = 0
-    for group in shape_buckets(_width_class(width_l), _width_class(width_r)):
+    for group in shape_buckets(width_class(width_l), width_class(width_r)):
         for lo in range(0, len(group), batch_size):
             piece = group[lo : lo + batch_size]
             piece_real = int((width_l[piece] * width_r[piece]).sum())
@@ -231,7 +235,7 @@ def shape_buckets(rows: np.ndarray, cols: np.ndarray | None = None) -> list[np.n
     return [group for group in np.split(order, np.flatnonzero(np.diff(key[order])) + 1) if len(group)]
 
 
-def _triton_kernels(table):
+def triton_kernels(table):
     """:mod:`mwsp_torch.transport._triton_sinkhorn` for ``backend="triton"``: CUDA tensors, or CPU
     tensors under Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run it)."""
     if not (table.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
@@ -311,7 +315,7 @@ def _triton_sinkhorn(left, right, pairs, table, eps_list, progress, dtype):
     slicing its pair's supports itself; one launch per tile shape and one copy back."""
     import torch
 
-    kernels = _triton_kernels(table)
+    kernels = triton_kernels(table)
     table = table.to(getattr(torch, dtype))
 
     def upload(sset):
