@@ -91,7 +91,8 @@ def _on_cluster(workers: int, work):
 def _streamed(graphs, target: Path, params: dict, client) -> float:
     """``stream_distances`` on ``client`` into ``target``; the driver's anonymous peak meanwhile."""
     with _AnonymousPeak() as peak:
-        stream_distances(graphs, target, client=client, n_jobs=1, **params)
+        model = MWSP(d=params["d"], k=params["k"], n_jobs=1, client=client)
+        stream_distances(model, graphs, target, tile_size=params["tile_size"])
     return peak.peak
 
 
@@ -113,7 +114,7 @@ def stream(args) -> None:
     reference = folder / "in-process.npy"
     start = time.perf_counter()
     with _AnonymousPeak() as driver:
-        stream_distances(graphs, reference, n_jobs=args.n_jobs, **params)
+        stream_distances(MWSP(d=args.d, k=args.k, n_jobs=args.n_jobs), graphs, reference, tile_size=args.tile_size)
     local = time.perf_counter() - start
     support, _ = MWSP(d=args.d, k=args.k).supports(graphs)
     distinct = len(support.distinct_measures()[0])

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from mwsp_torch import load_dataset, nested_protocol
+from mwsp_torch import MWSP, load_dataset, nested_protocol
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.evaluation.nystroem import check_lam_grid, landmark_distances, landmark_pool, nystroem_protocol
 
@@ -136,7 +136,7 @@ def main() -> None:
     full_w = None
     if args.full:
         start = time.perf_counter()
-        full_w, timings = cached_distances(graphs, name, args.d, args.k, n_jobs=args.n_jobs)
+        full_w, timings = cached_distances(MWSP(d=args.d, k=args.k, n_jobs=args.n_jobs), graphs, name)
         cached = time.perf_counter() - start
         start = time.perf_counter()
         full = nested_protocol({key: full_w}, y, n_jobs=args.n_jobs, **common)

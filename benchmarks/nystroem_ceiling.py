@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.svm import SVC, LinearSVC
 
-from mwsp_torch import load_dataset
+from mwsp_torch import MWSP, load_dataset
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.evaluation import nested_folds
 from mwsp_torch.evaluation.nystroem import MAX_ITER, fold_landmarks, landmark_order
@@ -109,7 +109,7 @@ def main() -> None:
 
     graphs, y = load_dataset(args.dataset)
     y = np.asarray(y)
-    distances, _ = cached_distances(graphs, args.dataset, args.d, args.k, n_jobs=args.n_jobs)
+    distances, _ = cached_distances(MWSP(d=args.d, k=args.k, n_jobs=args.n_jobs), graphs, args.dataset)
     order = landmark_order(len(y), 0)
     settings = [(lam, C) for lam in args.lams for C in args.Cs]
     accuracies: dict[str, dict[str, list]] = {}

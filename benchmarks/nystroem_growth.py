@@ -34,7 +34,7 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from mwsp_torch import MWSPNystroem, load_dataset
+from mwsp_torch import MWSP, MWSPNystroem, load_dataset
 
 RESULTS = Path(__file__).with_name("results-nystroem.json")
 
@@ -85,7 +85,9 @@ def main() -> None:
     sources, _ = load_dataset("NCI1")
     alphabet = np.unique(np.concatenate([_labels(g) for g in sources]))
     start = time.perf_counter()
-    nys = MWSPNystroem(n_components=args.m, d=args.d, k=args.k, lam=args.lam, n_jobs=args.n_jobs, random_state=0)
+    nys = MWSPNystroem(
+        mwsp=MWSP(d=args.d, k=args.k, n_jobs=args.n_jobs), n_components=args.m, lam=args.lam, random_state=0
+    )
     nys.fit(sources)
     fit_s = time.perf_counter() - start
     folder = tempfile.TemporaryDirectory(prefix="nystroem-growth-")

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
+from mwsp_torch import MWSP  # noqa: E402
 from mwsp_torch.cache import cached_distances  # noqa: E402
 from mwsp_torch.datasets import TU_DATASETS, default_labels, load_dataset, resolve_cache_dir  # noqa: E402
 from mwsp_torch.evaluation import max_folds  # noqa: E402
@@ -163,7 +164,7 @@ def distances(name: str, graphs, labels: str, d: int, k: int, n_jobs: int = -1, 
     start = time.perf_counter()
     tiles = resolve_cache_dir(None) / "tiles" / f"{name}-d{d}-k{k}"
     w, timings = cached_distances(
-        graphs, name, d, k, labels=labels, n_jobs=n_jobs, checkpoint=str(tiles), progress=progress
+        MWSP(d=d, k=k, labels=labels, n_jobs=n_jobs, checkpoint=str(tiles), progress=progress), graphs, name
     )
     shutil.rmtree(tiles, ignore_errors=True)
     seconds = timings["features"] + timings["transport"] if timings["cached"] else time.perf_counter() - start

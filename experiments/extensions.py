@@ -29,7 +29,7 @@ import time
 import numpy as np
 from common import RESULTS, load_raw, outer_folds, save_raw
 
-from mwsp_torch import nested_protocol
+from mwsp_torch import MWSP, nested_protocol
 from mwsp_torch.cache import cached_distances
 from mwsp_torch.datasets import default_labels, load_dataset
 from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS
@@ -67,10 +67,13 @@ def run_variant(name: str, variant: str, graphs, y, args) -> dict:
     for d in args.d:
         for k in args.k:
             for beta in betas:
-                w, timings = cached_distances(
-                    graphs, name, d, k, labels=labels, n_jobs=args.n_jobs, progress=not args.quiet,
-                    edge_labels=edge_labels, attributes=attributes, beta=1.0 if beta is None else beta,
-                )  # fmt: skip
+                extension = {
+                    "edge_labels": edge_labels,
+                    "attributes": attributes,
+                    "beta": 1.0 if beta is None else beta,
+                }
+                model = MWSP(d=d, k=k, labels=labels, **extension, n_jobs=args.n_jobs, progress=not args.quiet)
+                w, timings = cached_distances(model, graphs, name)
                 spent = timings["features"] + timings["transport"]  # the fit's, a kernel build excluded
                 setting = (d, k) if beta is None else (d, k, beta)
                 ws[setting] = w

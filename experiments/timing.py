@@ -70,7 +70,7 @@ def main() -> None:
         if name in subsets:
             full = len(graphs)
             graphs, _, key, _ = take_subset(name, graphs, y, int(subsets[name]))
-            _, timings = cached_distances(graphs, key, 2, 0, labels=labels, n_jobs=args.n_jobs, progress=True)
+            _, timings = cached_distances(MWSP(d=2, k=0, labels=labels, n_jobs=args.n_jobs, progress=True), graphs, key)
             _whole_run(name, timings)
             ratio = full * (full - 1) / (len(graphs) * (len(graphs) - 1))
             cached = timings["cached"]
@@ -81,7 +81,9 @@ def main() -> None:
                 f" ({'its cached W' if cached else 'this run'})"
             )
         elif name in args.from_cache:
-            _, timings = cached_distances(graphs, name, 2, 0, labels=labels, n_jobs=args.n_jobs, progress=True)
+            _, timings = cached_distances(
+                MWSP(d=2, k=0, labels=labels, n_jobs=args.n_jobs, progress=True), graphs, name
+            )
             _whole_run(name, timings)
             seconds = timings["features"] + timings["transport"]
             cached = timings["cached"]

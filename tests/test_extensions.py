@@ -313,16 +313,16 @@ def test_cache_keys_keep_settings_apart(fixture_root, tmp_path):
     graphs = graphs[:12]
     for data, attribute in zip(graphs, np.random.default_rng(0).normal(size=(12, 30, 2)), strict=True):
         data.node_attr = torch.from_numpy(attribute[: data.num_nodes])
-    plain, _ = cached_distances(graphs, "M12", d=1, k=0, cache_dir=tmp_path)
-    edges, _ = cached_distances(graphs, "M12", d=1, k=0, edge_labels=True, cache_dir=tmp_path)
-    attrs, _ = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
-    attrs2, _ = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=2.0, cache_dir=tmp_path)
+    plain, _ = cached_distances(MWSP(d=1, k=0), graphs, "M12", cache_dir=tmp_path)
+    edges, _ = cached_distances(MWSP(d=1, k=0, edge_labels=True), graphs, "M12", cache_dir=tmp_path)
+    attrs, _ = cached_distances(MWSP(d=1, k=0, attributes="node", beta=0.5), graphs, "M12", cache_dir=tmp_path)
+    attrs2, _ = cached_distances(MWSP(d=1, k=0, attributes="node", beta=2.0), graphs, "M12", cache_dir=tmp_path)
     assert len({plain.tobytes(), edges.tobytes(), attrs.tobytes(), attrs2.tobytes()}) == 4
     other = [data.clone() for data in graphs]
     other[0].node_attr = other[0].node_attr + 1.0  # other attributes: another key, not the cached W
-    _, timings = cached_distances(other, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
+    _, timings = cached_distances(MWSP(d=1, k=0, attributes="node", beta=0.5), other, "M12", cache_dir=tmp_path)
     assert not timings["cached"]
-    again, timings = cached_distances(graphs, "M12", d=1, k=0, attributes="node", beta=0.5, cache_dir=tmp_path)
+    again, timings = cached_distances(MWSP(d=1, k=0, attributes="node", beta=0.5), graphs, "M12", cache_dir=tmp_path)
     assert timings["cached"] and np.array_equal(again, attrs)
     files = sorted(p.name for p in (tmp_path / "distances").iterdir())
     assert len(files) == 5 and sum("-edges-" in f for f in files) == 1 and sum("-node" in f for f in files) == 3

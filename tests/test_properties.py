@@ -10,6 +10,7 @@ from mwsp_torch import MWSP
 from mwsp_torch._interning import Vocabulary
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.paths import node_feature_maps
+from mwsp_torch.transport import Exact
 from mwsp_torch.trees import tree_ids
 
 from conftest import make_data
@@ -63,7 +64,7 @@ def test_matches_bruteforce_reference(dataset, d, k, paths):
 def test_thread_engine_matches_bruteforce_reference(dataset, d, k):
     """The one-pair-per-thread solver (its CPU kernel) against the reference, fit and cross distances."""
     graphs = [as_data(g) for g in dataset]
-    model = MWSP(d=d, k=k, exact_engine="thread").fit(graphs[1:])
+    model = MWSP(d=d, k=k, solver=Exact(engine="thread")).fit(graphs[1:])
     expected = distance_matrix(dataset, d, k, "split")
     np.testing.assert_allclose(model.distances_, expected[1:, 1:], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(model.cross_distances(graphs[:1]), expected[:1, 1:], rtol=1e-9, atol=1e-12)

@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
 from mwsp_torch import MWSP, _aot, make_csl
-from mwsp_torch.transport import SupportSet, batched_exact_distances, exact_distances, pot_distances, upper_pairs
+from mwsp_torch.transport import (
+    Exact,
+    Sinkhorn,
+    SupportSet,
+    batched_exact_distances,
+    exact_distances,
+    pot_distances,
+    upper_pairs,
+)
 from mwsp_torch.transport._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
 from mwsp_torch.transport._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
 from mwsp_torch.transport.costs import _column_method, _row_squares, cost_matrix, inverted_costs, scattered_costs
@@ -546,9 +554,9 @@ def test_sinkhorn_online_takes_one_point_sides_in_a_batch():
     pair = make_data(2, [(0, 1)], [3, 3])  # two nodes, one row: one point
     wider = make_data(3, [(0, 1), (1, 2)], [0, 1, 2])  # three points against one
     graphs = [*single, pair, wider]
-    options = dict(solver="sinkhorn", blur=0.05, scaling=0.9)
-    online = MWSP(sinkhorn_backend="online", **options).fit(graphs).distances_
-    tensorized = MWSP(sinkhorn_backend="tensorized", **options).fit(graphs).distances_
+    options = dict(blur=0.05, scaling=0.9)
+    online = MWSP(solver=Sinkhorn(backend="online", **options)).fit(graphs).distances_
+    tensorized = MWSP(solver=Sinkhorn(backend="tensorized", **options)).fit(graphs).distances_
     np.testing.assert_allclose(online, tensorized, rtol=0, atol=2e-4)  # KeOps' smoothing, as below
     assert online[0, 1] > 0.1 and online[0, 4] > 0.1
 
@@ -561,8 +569,8 @@ def test_triton_sinkhorn_off_cuda_is_refused_before_the_features(monkeypatch):
 
     monkeypatch.setattr(MWSP, "_features", features)
     graphs = [make_data(2, [(0, 1)], [0, 1]), make_data(2, [(0, 1)], [0, 0])]
-    with pytest.raises(ValueError, match=r"sinkhorn_backend='triton' runs on a CUDA device, not device='cpu'"):
-        MWSP(solver="sinkhorn", sinkhorn_backend="triton").fit(graphs)
+    with pytest.raises(ValueError, match=r"backend 'triton' runs on a CUDA device, not device='cpu'"):
+        MWSP(solver=Sinkhorn(backend="triton")).fit(graphs)
 
 
 def test_thread_engine_takes_a_torch_device():
@@ -570,7 +578,7 @@ def test_thread_engine_takes_a_torch_device():
 
     graphs = [make_data(3, [(0, 1), (1, 2)], [0, 1, 0]), make_data(2, [(0, 1)], [1, 1]), make_data(1, [], [2])]
     compiled = MWSP().fit(graphs).distances_
-    thread = MWSP(exact_engine="thread", device=torch.device("cpu")).fit(graphs).distances_
+    thread = MWSP(solver=Exact(engine="thread"), device=torch.device("cpu")).fit(graphs).distances_
     np.testing.assert_allclose(thread, compiled, rtol=1e-12, atol=0)
 
 
@@ -722,9 +730,9 @@ def test_batched_engine_refuses_bad_input():
     with pytest.raises(ValueError, match=r"use MWSP\(exact_engine='compiled'\) \(exact_distances\)"):
         batched_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), table_bytes=8)
     with pytest.raises(ValueError, match="checkpoint is only kept"):
-        MWSP(exact_engine="batched", checkpoint="somewhere").fit(graphs)
-    with pytest.raises(ValueError, match="exact_engine must be one of"):
-        MWSP(exact_engine="gpu").fit(graphs)
+        MWSP(solver=Exact(engine="batched"), checkpoint="somewhere").fit(graphs)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        MWSP(solver=Exact(engine="gpu")).fit(graphs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -777,7 +785,7 @@ def test_estimator_on_a_device_matches_reference(device, monkeypatch):
         (6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)], [2, 0, 1, 0, 1, 2]),
     ]
     new = [(4, [(0, 1), (1, 2), (2, 3)], [5, 1, 0, 5]), (5, [(0, 1), (0, 2), (0, 3), (0, 4)], [0, 1, 1, 2, 2])]
-    model = MWSP(d=3, k=1, device=device, exact_engine="batched").fit([make_data(*g) for g in train])
+    model = MWSP(d=3, k=1, solver=Exact(engine="batched"), device=device).fit([make_data(*g) for g in train])
     full = distance_matrix(train + new, 3, 1, "split")
     np.testing.assert_allclose(model.distances_, full[: len(train), : len(train)], rtol=1e-9, atol=1e-12)
     cross = model.cross_distances([make_data(*g) for g in new])
@@ -869,7 +877,7 @@ def test_thread_engine_equals_compiled_engine(mutag, d, k, device):
     pairs = upper_pairs(len(graphs))
     got = thread_exact_distances(model.support_, model.support_, pairs, device=device, chunk_size=500)
     np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-12, atol=1e-15)
-    thread = MWSP(d=d, k=k, exact_engine="thread", device=device).fit(graphs[:40])
+    thread = MWSP(d=d, k=k, solver=Exact(engine="thread"), device=device).fit(graphs[:40])
     np.testing.assert_allclose(thread.distances_, model.distances_[:40, :40], rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(
         thread.cross_distances(graphs[40:]), model.cross_distances(graphs[40:])[:, :40], rtol=1e-12, atol=1e-15
@@ -964,7 +972,7 @@ def test_thread_engine_refuses_bad_input():
     with pytest.raises(ValueError, match="expected 'cpu' or 'cuda"):
         thread_exact_distances(model.support_, model.support_, pairs, device="mps")
     with pytest.raises(ValueError, match="checkpoint is only kept"):
-        MWSP(exact_engine="thread", checkpoint="somewhere").fit(graphs)
+        MWSP(solver=Exact(engine="thread"), checkpoint="somewhere").fit(graphs)
     assert len(thread_exact_distances(model.support_, model.support_, pairs[:0])) == 0
     rows = model.support_.rows.shape[0]
     with pytest.raises(ValueError, match="a table was given, but costs='merged'"):

@@ -14,8 +14,8 @@ steps on an H100/H200, beside the shell's set-up):
   the subset's timing says they fit the step's budget, otherwise the largest seeded sample
   that fits, with the all-pairs seconds extrapolated (transport linear in pairs, features
   linear in graphs) and the extrapolation stated in the record.
-- ``sinkhorn_NCI1``: ``transport.sinkhorn_distances`` with ``MWSP``'s defaults (blur,
-  scaling, ``sinkhorn_backend="auto"``, the diameter ``fit`` uses) on 1e6 random NCI1 pairs
+- ``sinkhorn_NCI1``: ``transport.sinkhorn_distances`` with ``Sinkhorn()``'s defaults (blur,
+  scaling, ``backend="auto"``, the diameter ``fit`` uses) on 1e6 random NCI1 pairs
   (or as many as fit, extrapolated): pairs/s, and the error against the exact engine on
   the same pairs (median, 90th and 99th percentile, max; pairs with W > 0).
 - ``gin``: one epoch of Errica et al.'s largest GIN setting (batch 32, hidden 64, 4 layers,
@@ -65,7 +65,7 @@ from gpu_sinkhorn import random_pairs  # noqa: E402
 from mwsp_torch import MWSP  # noqa: E402
 from mwsp_torch.datasets import default_labels, load_dataset  # noqa: E402
 from mwsp_torch.gnn import GIN, OneHotLabels, TreeIDVocabulary, train_classifier, tree_id_inputs  # noqa: E402
-from mwsp_torch.transport import exact_distances, sinkhorn_diameter, sinkhorn_distances  # noqa: E402
+from mwsp_torch.transport import Exact, Sinkhorn, exact_distances, sinkhorn_diameter, sinkhorn_distances  # noqa: E402
 from mwsp_torch.transport.engines import build_cpu_kernels  # noqa: E402
 
 CPU_REFERENCE = HERE / "cpu_reference.json"
@@ -344,7 +344,7 @@ def exact_step(run: Run, budget: float, name: str, d: int, k: int) -> dict:
     # that the subset's timing, which sizes what follows, is of warm calls.
     _, first = timed_fit(part[:20], run.device, **params)
     test, second = timed_fit(part, run.device, **params)
-    reference, cpu = timed_fit(part, "cpu", exact_engine="compiled", **params)
+    reference, cpu = timed_fit(part, "cpu", solver=Exact(engine="compiled"), **params)
     out = {
         "dataset": name,
         "d": d,
@@ -404,12 +404,12 @@ def exact_step(run: Run, budget: float, name: str, d: int, k: int) -> dict:
 def sinkhorn_step(run: Run, budget: float) -> dict:
     start = now()
     graphs, _ = run.graphs("NCI1")
-    defaults = MWSP()
+    defaults = Sinkhorn()
     support, _ = MWSP(d=2, k=0, labels=default_labels("NCI1")).supports(graphs)
     options = {
         "blur": defaults.blur,
         "scaling": defaults.scaling,
-        "backend": defaults.sinkhorn_backend,
+        "backend": defaults.backend,
         "device": run.device,
         # as MWSP.fit passes it: the training rows' diameter
         "diameter": sinkhorn_diameter(support.rows[np.unique(support.support)], defaults.blur),
@@ -558,7 +558,7 @@ def dask_step(run: Run, budget: float) -> dict:
     graphs, _ = run.graphs("NCI1")
     part = [graphs[i] for i in subset(len(graphs), run.sizes["dask_graphs"], seed=2)]
     params = {"d": 2, "k": 0, "labels": default_labels("NCI1")}
-    local, local_record = timed_fit(part, "cpu", exact_engine="compiled", **params)
+    local, local_record = timed_fit(part, "cpu", solver=Exact(engine="compiled"), **params)
     start = now()
     client, made, kind, why = cluster(run)
     try:

@@ -29,6 +29,7 @@ import numpy as np
 from mwsp_torch.cache import cached_distances, graphs_fingerprint
 from mwsp_torch.compare.methods import KERNEL_METHODS
 from mwsp_torch.datasets import resolve_cache_dir
+from mwsp_torch.estimator import MWSP
 from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS, Precomputed, nested_protocol
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.splits import OuterSplits
@@ -126,7 +127,7 @@ def kernel_settings(method: str, graphs, dataset: str, labels: str, grid: Kernel
             for beta in betas:
                 extra = {} if beta is None else {"attributes": "node", "beta": beta}
                 w, timings = cached_distances(
-                    graphs, dataset, d, k, labels=labels, n_jobs=n_jobs, progress=progress, **extra
+                    MWSP(d=d, k=k, labels=labels, n_jobs=n_jobs, progress=progress, **extra), graphs, dataset
                 )
                 settings[(d, k) if beta is None else (d, k, beta)] = w
                 seconds += 0.0 if timings.get("cached") else timings["features"] + timings["transport"]
