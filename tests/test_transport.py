@@ -766,9 +766,9 @@ def test_batched_simplex_refuses_what_it_cannot_solve():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_estimator_on_a_device_matches_reference(device, monkeypatch):
-    """``MWSP(exact_engine="batched", device=...)`` runs exact fit and transform through the
+    """``MWSP(solver=Exact(engine="batched"), device=...)`` runs exact fit and transform through the
     batched engine on ``device``; both must equal the reference implementation."""
-    import mwsp_torch.estimator as estimator
+    import mwsp_torch.transport.solvers as solvers
 
     devices_used = []
 
@@ -776,8 +776,8 @@ def test_estimator_on_a_device_matches_reference(device, monkeypatch):
         devices_used.append(kwargs["device"])
         return batched_exact_distances(*args, **kwargs)
 
-    batched_exact_distances = estimator.batched_exact_distances
-    monkeypatch.setattr(estimator, "batched_exact_distances", batched)
+    batched_exact_distances = solvers.batched_exact_distances
+    monkeypatch.setattr(solvers, "batched_exact_distances", batched)
     train = [
         (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [0, 1, 0, 1]),
         (5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2)], [0, 0, 1, 1, 0]),
