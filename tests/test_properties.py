@@ -7,11 +7,10 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 
 from mwsp_torch import MWSP
-from mwsp_torch._interning import Vocabulary
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.paths import node_feature_maps
 from mwsp_torch.transport import Exact
-from mwsp_torch.trees import tree_ids
+from mwsp_torch.trees import Vocabulary, tree_ids
 
 from conftest import make_data
 from reference import distance_matrix
@@ -206,15 +205,15 @@ def test_adjacency_is_each_graph_symmetrised_without_loops_or_repeats(dataset, l
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from([0.25, 0.5, 1 / 3, 1.0, 2.0])), min_size=0, max_size=40))
 def test_insertion_orders_equal_stable_sorts(entries):
-    from mwsp_torch.paths import _insertion_order, _insertion_order_2
+    from mwsp_torch.paths import insertion_order, insertion_order_by_pair
 
     major = np.array([e[0] for e in entries], dtype=np.int64)
     minor = np.array([e[1] for e in entries], dtype=np.float64)
     n = len(entries)
     perm = np.full(n + 3, -7, dtype=np.int64)  # longer than n: the tail must stay untouched
-    _insertion_order(major, n, perm)
+    insertion_order(major, n, perm)
     np.testing.assert_array_equal(perm[:n], np.argsort(major, kind="stable"))
-    _insertion_order_2(major, minor, n, perm)
+    insertion_order_by_pair(major, minor, n, perm)
     by_minor = np.argsort(minor, kind="stable")
     np.testing.assert_array_equal(perm[:n], by_minor[np.argsort(major[by_minor], kind="stable")])
     np.testing.assert_array_equal(perm[n:], [-7, -7, -7])
