@@ -28,14 +28,13 @@ from mwsp_torch.transport import (
     upper_pairs,
 )
 from mwsp_torch.transport._simd import LANES, STEP, lowest_bit, padded_first_at, padded_row_min, popcount, row_min
-from mwsp_torch.transport._simplex import CLOSED, _max_abs, _rows_by_minimum, cost_width, transport_cost
-from mwsp_torch.transport.costs import _column_method, _row_squares, cost_matrix, inverted_costs, scattered_costs
-from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD
+from mwsp_torch.transport._simplex import CLOSED, max_abs, rows_by_minimum
+from mwsp_torch.transport.costs import column_method, cost_matrix, inverted_costs, row_squares, scattered_costs
+from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD, cost_width, transport_cost
 from mwsp_torch.transport.measures import bank_arrays
-from mwsp_torch.transport.sinkhorn import _padding_batches, _width_class
+from mwsp_torch.transport.sinkhorn import padding_batches, width_class
 
 from conftest import DEVICES, make_data
-from reference import distance_matrix
 
 
 @settings(max_examples=200, deadline=None)
@@ -117,14 +116,13 @@ def _check(counts_a, counts_b, cost):
     na, nb = counts_a.sum(), counts_b.sum()
     expected = ot.emd2(counts_a / na, counts_b / nb, cost)
     cost = np.ascontiguousarray(cost)
-    # Both starting rules (Vogel's, row-minimum), pricing blocks of one row, the default
-    # blocks, the default (all rows of small padded problems), all rows always, and both
-    # basis trees (ancestor masks up to 63 points, the thread).
+    # Pricing blocks of one row, the default blocks, the default (all rows of small padded
+    # problems), all rows always, and both basis trees (ancestor masks up to 63 points, the thread).
     full = 1 << 30
-    starts_and_pricing = ((0, 96, 600), (1 << 62, 1, 0), (1 << 62, 96, 0), (1 << 62, 96, 600), (1 << 62, full, full))
-    for vogel_min_arcs, min_block_arcs, full_max in starts_and_pricing:
+    pricing = ((1, 0), (96, 0), (96, 600), (full, full))
+    for min_block_arcs, full_max in pricing:
         for mask_max_nodes in (63, 0):
-            settings_ = (vogel_min_arcs, min_block_arcs, mask_max_nodes, full_max)
+            settings_ = (min_block_arcs, mask_max_nodes, full_max)
             got = transport_cost(counts_a * nb, counts_b * na, cost, *settings_) / (na * nb)
             assert abs(got - expected) <= 1e-9 * abs(expected) + 1e-14, settings_
     # Costs with room past n (as the engine allocates them, garbage there) price in place,
@@ -142,17 +140,17 @@ def test_start_orders_rows_as_a_stable_sort(values, rank_sort_max_rows):
     # ranks (up to RANK_SORT_MAX_ROWS rows) or sorts: both must give a stable sort's order.
     lows = np.array(values, dtype=np.float64) / 4
     rows = np.full(len(lows), -1, dtype=np.int64)
-    _rows_by_minimum(lows, rows, rank_sort_max_rows)
+    rows_by_minimum(lows, rows, rank_sort_max_rows)
     np.testing.assert_array_equal(rows, np.argsort(lows, kind="stable"))
 
 
-@settings(deadline=None)  # the first example compiles _max_abs (no other test need have yet)
+@settings(deadline=None)  # the first example compiles max_abs (no other test need have yet)
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=70))
 def test_max_abs_is_the_exact_largest_magnitude(values):
     # Vectorised under fastmath, in any order: still exactly one of the magnitudes.
     array = np.array(values, dtype=np.float64)
-    assert _max_abs(array, len(array)) == np.max(np.abs(array))
-    assert _max_abs(array, 0) == 0.0
+    assert max_abs(array, len(array)) == np.max(np.abs(array))
+    assert max_abs(array, 0) == 0.0
 
 
 @settings(max_examples=300, deadline=None)
@@ -275,16 +273,6 @@ def test_costs_of_rows_sharing_a_huge_column_keep_their_small_differences(costs)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=0)
 
 
-def test_batched_engine_keeps_the_small_differences_of_rows_sharing_a_huge_column():
-    """The batched engine's table comes from a Gram product, ``|a|^2 + |b|^2 - 2 a.b``, which
-    loses the hub rows' small differences as lists and scattered costs did; the entries where
-    it can are computed again from the differences."""
-    support = _hub_supports()
-    pairs = upper_pairs(support.num_graphs)
-    got = batched_exact_distances(support, support, pairs, device="cpu")
-    np.testing.assert_allclose(got, _dense_emd(support, pairs), rtol=1e-9, atol=0)
-
-
 def test_interleaved_chunks_cover_every_pair(mutag):
     """Each parallel chunk takes every ``num_chunks``-th block of pairs: with several chunks,
     a partial last block and two threads, every pair gets its own distance."""
@@ -304,7 +292,7 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
     come free: each pair is in one run, passed with the matching slice of ``out`` and the
     caller's other arguments, whichever thread takes it; runs of PAIR_CHUNK pairs, shorter
     where the tile has fewer than RUNS_PER_THREAD such runs a thread."""
-    from mwsp_torch.transport.exact import _ExactWorkers
+    from mwsp_torch.transport.exact import ExactWorkers
 
     pairs = np.arange(2 * num_pairs, dtype=np.int64).reshape(-1, 2)
     out = np.full(num_pairs, -1.0)
@@ -320,7 +308,7 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
         out_run[out_run == -1.0] = run[:, 0] / 2
 
     monkeypatch.setattr(_aot, "module", lambda: None)  # no build needed: the pool alone
-    workers = _ExactWorkers(threads, ())
+    workers = ExactWorkers(threads, ())
     workers.extension = object()  # the thread pool, as with the extension built
     with workers:
         workers.each_chunk(chunk, pairs, "middle", out)
@@ -333,14 +321,14 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
 
 
 def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
-    from mwsp_torch.transport.exact import _ExactWorkers
+    from mwsp_torch.transport.exact import ExactWorkers
 
     def chunk(run, out_run, first, step):
         if run[0, 0] == 3 * PAIR_CHUNK:
             raise ValueError("a run failed")
 
     monkeypatch.setattr(_aot, "module", lambda: None)
-    workers = _ExactWorkers(2, ())
+    workers = ExactWorkers(2, ())
     workers.extension = object()
     pairs = np.zeros((8 * PAIR_CHUNK, 2), dtype=np.int64)
     pairs[:, 0] = np.arange(len(pairs))
@@ -370,10 +358,10 @@ def test_without_distance_table_gives_the_same():
 def test_column_method_follows_shared_columns():
     # Rows on disjoint columns (DD-like) share none: inverted lists.
     disjoint = sp.csr_matrix(np.kron(np.eye(50), np.ones((1, 8))))
-    assert _column_method(*bank_arrays(disjoint)[:2], disjoint.shape[1]) == "lists"
+    assert column_method(*bank_arrays(disjoint)[:2], disjoint.shape[1]) == "lists"
     # Rows on the same three columns (REDDIT-BINARY d=2,k=0) share them all: scattered.
     crowded = sp.csr_matrix(np.arange(1, 151, dtype=float).reshape(50, 3))
-    assert _column_method(*bank_arrays(crowded)[:2], crowded.shape[1]) == "scattered"
+    assert column_method(*bank_arrays(crowded)[:2], crowded.shape[1]) == "scattered"
 
 
 @settings(max_examples=40, deadline=None)
@@ -389,7 +377,7 @@ def test_listed_and_scattered_costs_equal_merged_costs(seed):
     indptr, indices, data = bank_arrays(bank)
     ids = np.arange(num_rows, dtype=np.int64)
     merged = cost_matrix(indptr, indices, data, ids, ids)
-    squares = _row_squares(indptr, data)
+    squares = row_squares(indptr, data)
     listed = np.empty((num_rows, num_rows))
     head = np.zeros(num_columns, dtype=np.int32)
     inverted_costs(indptr, indices, data, squares, ids, ids, head, listed)
@@ -528,7 +516,7 @@ def test_padding_batches_cover_once_and_pad_little(widths, batch_size):
     """Every pair in exactly one batch of at most ``batch_size``; padding every pair of a batch
     to its widest sides costs at most 1.25**2 times the real area (a width class spans 20 %)."""
     width_l, width_r = np.array(widths).T
-    batches = _padding_batches(width_l, width_r, batch_size)
+    batches = padding_batches(width_l, width_r, batch_size)
     np.testing.assert_array_equal(np.sort(np.concatenate(batches)), np.arange(len(widths)))
     for at in batches:
         assert 1 <= len(at) <= batch_size
@@ -538,13 +526,13 @@ def test_padding_batches_cover_once_and_pad_little(widths, batch_size):
 
 def test_width_classes_and_merged_groups():
     width = np.arange(1, 5000)
-    top = _width_class(width)
+    top = width_class(width)
     np.testing.assert_array_equal(top[:8], width[:8])  # exact up to 8
     assert np.all(top >= width) and np.all(np.diff(top) >= 0) and np.all(top <= 1.25 * width)
     assert len(np.unique(top)) <= 8 + 4 * 12  # 4 classes an octave above 8
     # Small groups of nearby widths share one call; far apart widths do not.
-    assert len(_padding_batches(np.array([20, 20, 21, 22]), np.array([9, 10, 10, 9]), 64)) == 1
-    assert len(_padding_batches(np.array([20, 300]), np.array([20, 20]), 64)) == 2
+    assert len(padding_batches(np.array([20, 20, 21, 22]), np.array([9, 10, 10, 9]), 64)) == 1
+    assert len(padding_batches(np.array([20, 300]), np.array([20, 20]), 64)) == 2
 
 
 def test_sinkhorn_online_takes_one_point_sides_in_a_batch():
@@ -571,6 +559,11 @@ def test_triton_sinkhorn_off_cuda_is_refused_before_the_features(monkeypatch):
     graphs = [make_data(2, [(0, 1)], [0, 1]), make_data(2, [(0, 1)], [0, 0])]
     with pytest.raises(ValueError, match=r"backend 'triton' runs on a CUDA device, not device='cpu'"):
         MWSP(solver=Sinkhorn(backend="triton")).fit(graphs)
+
+
+def test_the_removed_batched_engine_says_so():
+    with pytest.raises(ValueError, match="batched exact engine was removed"):
+        batched_exact_distances(None, None, np.zeros((0, 2), dtype=np.int64))
 
 
 def test_thread_engine_takes_a_torch_device():
@@ -664,133 +657,6 @@ def test_distance_table_by_dense_or_sparse_product(mutag, device, dense_gram_byt
     # The default: the dense product on CUDA, the sparse one on a CPU.
     table = distance_table(bank, device, 0.0).cpu().numpy()
     np.testing.assert_allclose(table, expected, rtol=1e-12, atol=0)
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    st.integers(1, 12),
-    st.integers(1, 12),
-    st.integers(1, 5),
-    st.integers(0, 2**32 - 1),
-    st.sampled_from(["random", "ties", "points"]),
-)
-@pytest.mark.parametrize("device", DEVICES)
-def test_batched_simplex_equals_pot(device, m, n, batch, seed, kind):
-    """The torch batched solver (the GPU engine's logic, here on CPU tensors) against POT."""
-    import torch
-
-    from mwsp_torch.transport._batched_simplex import batched_transport_cost
-
-    rng = np.random.default_rng(seed)
-    counts_a = rng.integers(1, 4, size=(batch, m))
-    counts_b = rng.integers(1, 4, size=(batch, n))
-    na, nb = counts_a.sum(1), counts_b.sum(1)
-    if kind == "random":
-        cost = rng.random((batch, m, n))
-    elif kind == "ties":
-        cost = rng.integers(0, 3, size=(batch, m, n)).astype(np.float64)
-    else:
-        points = [(rng.integers(0, 3, (m, 3)), rng.integers(0, 3, (n, 3))) for _ in range(batch)]
-        cost = np.stack([ot.dist(a.astype(float), b.astype(float), "euclidean") for a, b in points])
-    got = batched_transport_cost(
-        torch.from_numpy(counts_a * nb[:, None]).to(device),
-        torch.from_numpy(counts_b * na[:, None]).to(device),
-        torch.from_numpy(cost).to(device),
-    ).cpu().numpy() / (na * nb)
-    expected = np.array([ot.emd2(counts_a[b] / na[b], counts_b[b] / nb[b], cost[b]) for b in range(batch)])
-    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-14)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize(("d", "k", "pad_to"), [(2, 0, 4), (3, 1, 4), (3, 1, 8)])
-def test_batched_engine_equals_compiled_engine(mutag, d, k, pad_to, device):
-    """Cancellation, padded buckets and GEMM-built costs: the batched engine gives the compiled engine's W."""
-
-    graphs = mutag[0][:30]
-    model = MWSP(d=d, k=k).fit(graphs)
-    pairs = upper_pairs(len(graphs))
-    got = batched_exact_distances(model.support_, model.support_, pairs, batch_size=64, pad_to=pad_to, device=device)
-    np.testing.assert_allclose(got, model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-9, atol=1e-14)
-
-
-def test_batched_engine_refuses_bad_input():
-    import torch
-
-    from mwsp_torch.transport._batched_simplex import batched_transport_cost
-
-    one = torch.ones((1, 2), dtype=torch.int64)
-    with pytest.raises(ValueError, match="totals differ"):
-        batched_transport_cost(one, 2 * one, torch.zeros((1, 2, 2), dtype=torch.float64))
-    with pytest.raises(ValueError, match="> 0"):
-        batched_transport_cost(one - 1, one - 1, torch.zeros((1, 2, 2), dtype=torch.float64))
-    with pytest.raises(ValueError, match="shapes disagree"):
-        batched_transport_cost(one, one, torch.zeros((1, 3, 2), dtype=torch.float64))
-    graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
-    model = MWSP(d=2, k=1).fit(graphs)
-    with pytest.raises(ValueError, match=r"use MWSP\(exact_engine='compiled'\) \(exact_distances\)"):
-        batched_exact_distances(model.support_, model.support_, upper_pairs(len(graphs)), table_bytes=8)
-    with pytest.raises(ValueError, match="checkpoint is only kept"):
-        MWSP(solver=Exact(engine="batched"), checkpoint="somewhere").fit(graphs)
-    with pytest.raises(ValueError, match="engine must be one of"):
-        MWSP(solver=Exact(engine="gpu")).fit(graphs)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_batched_simplex_on_costs_far_below_one(mutag, device):
-    """Padding must not swamp tiny costs: the dummies' wall scales with the costs
-    (a wall of 2 max + 1 made MUTAG's W at this scale 125 % off)."""
-
-    model = MWSP(d=3, k=1).fit(mutag[0][:30])
-    support = model.support_
-    tiny = type(support)(support.rows * 1e-15, support.graph_ptr, support.support, support.counts, support.sizes)
-    pairs = upper_pairs(support.num_graphs)
-    got = batched_exact_distances(tiny, tiny, pairs, pad_to=4, device=device)
-    np.testing.assert_allclose(got, 1e-15 * model.distances_[pairs[:, 0], pairs[:, 1]], rtol=1e-9, atol=0)
-
-
-def test_batched_simplex_refuses_what_it_cannot_solve():
-    import torch
-
-    from mwsp_torch.transport._batched_simplex import batched_transport_cost
-
-    big = 2**61  # units * (2m + 1) would overflow the int64 flow keys
-    supply = torch.tensor([[big, big, 1, 1]])
-    with pytest.raises(ValueError, match="too large for int64"):
-        batched_transport_cost(supply, supply.flip(1), torch.zeros((1, 4, 4), dtype=torch.float64))
-    one = torch.ones((1, 2), dtype=torch.int64)
-    with pytest.raises(ValueError, match="finite"):
-        batched_transport_cost(one, one, torch.full((1, 2, 2), float("nan"), dtype=torch.float64))
-    with pytest.raises(ValueError, match="int64"):
-        batched_transport_cost(one.int(), one.int(), torch.zeros((1, 2, 2), dtype=torch.float64))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_estimator_on_a_device_matches_reference(device, monkeypatch):
-    """``MWSP(solver=Exact(engine="batched"), device=...)`` runs exact fit and transform through the
-    batched engine on ``device``; both must equal the reference implementation."""
-    import mwsp_torch.transport.solvers as solvers
-
-    devices_used = []
-
-    def batched(*args, **kwargs):
-        devices_used.append(kwargs["device"])
-        return batched_exact_distances(*args, **kwargs)
-
-    batched_exact_distances = solvers.batched_exact_distances
-    monkeypatch.setattr(solvers, "batched_exact_distances", batched)
-    train = [
-        (4, [(0, 1), (1, 2), (2, 3), (3, 0)], [0, 1, 0, 1]),
-        (5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2)], [0, 0, 1, 1, 0]),
-        (3, [(0, 1), (1, 2)], [1, 0, 1]),
-        (6, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0)], [2, 0, 1, 0, 1, 2]),
-    ]
-    new = [(4, [(0, 1), (1, 2), (2, 3)], [5, 1, 0, 5]), (5, [(0, 1), (0, 2), (0, 3), (0, 4)], [0, 1, 1, 2, 2])]
-    model = MWSP(d=3, k=1, solver=Exact(engine="batched"), device=device).fit([make_data(*g) for g in train])
-    full = distance_matrix(train + new, 3, 1, "split")
-    np.testing.assert_allclose(model.distances_, full[: len(train), : len(train)], rtol=1e-9, atol=1e-12)
-    cross = model.cross_distances([make_data(*g) for g in new])
-    np.testing.assert_allclose(cross, full[len(train) :, : len(train)], rtol=1e-9, atol=1e-12)
-    assert devices_used == [device, device]  # fit and transform both went through the batched engine
 
 
 @pytest.mark.slow  # 30 s of Triton's interpreter in a child process
@@ -939,7 +805,8 @@ def test_thread_engine_names_why_numba_cuda_cannot_be_imported(monkeypatch, brok
     import importlib
     import sys
 
-    from mwsp_torch.transport import _thread_simplex, thread_exact_distances
+    import mwsp_torch.transport._thread_simplex as thread_simplex
+    from mwsp_torch.transport import thread_exact_distances
 
     if broken == "missing":
         monkeypatch.setitem(sys.modules, "numba.cuda", None)  # import numba.cuda raises ImportError
@@ -952,7 +819,7 @@ def test_thread_engine_names_why_numba_cuda_cannot_be_imported(monkeypatch, brok
             return real(name, package)
 
         monkeypatch.setattr(importlib, "import_module", import_module)
-    monkeypatch.setattr(_thread_simplex, "_KERNELS", {})
+    monkeypatch.setattr(thread_simplex, "_KERNELS", {})
     graphs, _ = make_csl(graphs_per_class=2, num_nodes=11)
     model = MWSP(d=2, k=1).fit(graphs)
     pairs = upper_pairs(len(graphs))
@@ -984,13 +851,13 @@ def test_thread_engine_refuses_bad_input():
 SIMULATED = """
 import numpy as np
 from mwsp_torch import MWSP, load_tudataset
-from mwsp_torch.transport import _thread_simplex
+import mwsp_torch.transport._thread_simplex as thread_simplex
 from mwsp_torch.transport import thread_exact_distances, upper_pairs
 graphs = load_tudataset("MUTAG", root={root!r}, cache_dir={cache!r})[0][:24]
 model = MWSP(d=3, k=1).fit(graphs)
 pairs = upper_pairs(len(graphs))
 # A lower limit, so that some pairs go to the host while the worker thread runs the kernel.
-_thread_simplex.MAX_NODES = 30
+thread_simplex.MAX_NODES = 30
 print(int(np.sum(np.diff(model.support_.graph_ptr)[pairs].sum(axis=1) > 30)))
 got = thread_exact_distances(model.support_, model.support_, pairs, device="cuda", threads_per_block=32)
 want = model.distances_[pairs[:, 0], pairs[:, 1]]
@@ -1021,8 +888,8 @@ def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False, host_fails=False):
     once; the real worker runs none)."""
     import threading
 
+    import mwsp_torch.transport._thread_simplex as thread_simplex
     import mwsp_torch.transport.gpu as transport
-    from mwsp_torch.transport import _thread_simplex
 
     record = {"host": [], "host_done": 0, "worker": [], "host_thread": set(), "worker_thread": None}
     compiled = transport.exact_distances
@@ -1049,14 +916,14 @@ def _fake_cuda_worker(monkeypatch, wait_for=None, fail=False, host_fails=False):
         while (span := queue.take(chunk_size)) is not None:
             lo, hi = span
             with one_kernel:
-                _thread_simplex.cpu_kernel()(chosen[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
+                thread_simplex.cpu_kernel()(chosen[lo:hi], *sets, table, values[lo:hi], status[lo:hi])
             record["worker"].append(chosen[lo:hi])
             report(hi - lo)
 
     monkeypatch.setattr(transport, "exact_distances", host)
     monkeypatch.setattr(transport, "_thread_kernels_on_cuda", worker)
-    monkeypatch.setattr(transport, "_cuda_device_index", lambda cuda, device: 0)
-    monkeypatch.setattr(_thread_simplex, "import_numba_cuda", lambda: None)
+    monkeypatch.setattr(transport, "cuda_device_index", lambda cuda, device: 0)
+    monkeypatch.setattr(thread_simplex, "import_numba_cuda", lambda: None)
     return record
 
 
@@ -1157,20 +1024,20 @@ def test_cuda_device_index_follows_the_name_or_the_current_device():
     see is refused before any work."""
     from types import SimpleNamespace
 
-    from mwsp_torch.transport.gpu import _cuda_device_index
+    from mwsp_torch.transport.gpu import cuda_device_index
 
     class Devices(list):
         current = None
 
     devices = Devices([SimpleNamespace(id=0), SimpleNamespace(id=1)])
     cuda = SimpleNamespace(gpus=devices)
-    assert _cuda_device_index(cuda, "cuda") == 0
-    assert _cuda_device_index(cuda, "cuda:1") == 1
+    assert cuda_device_index(cuda, "cuda") == 0
+    assert cuda_device_index(cuda, "cuda:1") == 1
     devices.current = devices[1]
-    assert _cuda_device_index(cuda, "cuda") == 1
-    assert _cuda_device_index(cuda, "cuda:0") == 0
+    assert cuda_device_index(cuda, "cuda") == 1
+    assert cuda_device_index(cuda, "cuda:0") == 0
     with pytest.raises(ValueError, match=r"device='cuda:2': numba sees 2 CUDA device\(s\)"):
-        _cuda_device_index(cuda, "cuda:2")
+        cuda_device_index(cuda, "cuda:2")
 
 
 @settings(max_examples=200, deadline=None)
@@ -1181,9 +1048,9 @@ def test_cuda_device_index_follows_the_name_or_the_current_device():
 def test_pair_queue_hands_out_each_index_once(total, takes):
     """The thread engine's queue: spans taken from either end never overlap, and together
     with what is left they cover the range; once closed it hands out nothing."""
-    from mwsp_torch.transport.gpu import _PairQueue
+    from mwsp_torch.transport.gpu import PairQueue
 
-    queue = _PairQueue(total)
+    queue = PairQueue(total)
     taken = []
     for size, from_back in takes:
         span = queue.take(size, from_back=from_back)
@@ -1199,7 +1066,7 @@ def test_pair_queue_hands_out_each_index_once(total, takes):
     while (span := queue.take(7)) is not None:
         rest.extend(range(*span))
     assert sorted(covered + rest) == list(range(total))
-    queue = _PairQueue(total)
+    queue = PairQueue(total)
     queue.close()
     assert queue.take(1) is None and queue.take(1, from_back=True) is None
 

@@ -33,10 +33,8 @@ Method: the primal transportation simplex on the bipartite spanning-tree basis
 - Start: the row-minimum rule (each row fills its cheapest open columns), rows taken in
   the order of their minima, which leaves fewer pivots than index order. It also gives
   the first basis tree's parents and an order with parents first, so problems on ancestor
-  masks need no walk over the tree. Vogel's approximation is an opt-in
-  (``vogel_min_arcs``): it leaves fewer pivots but costs more than it saves on every
-  dataset measured (see ``VOGEL_MIN_ARCS``); each of its lines remembers its
-  ``VOGEL_CANDIDATES`` cheapest cells between scans.
+  masks need no walk over the tree. (Vogel's approximation leaves fewer pivots but cost
+  more than it saved on every dataset measured, and was removed: ``docs/engines.md``.)
 - The basis tree keeps parents and potentials. A pivot re-hangs only the subtree T cut
   off by the leaving arc, in one of two ways:
 
@@ -74,13 +72,6 @@ from mwsp_torch.transport._simd import LANES, argmin_difference, lowest_bit, pad
 from mwsp_torch.transport._simd import popcount as _popcount
 from mwsp_torch.transport._simd import row_min as row_min_simd
 
-#: Problems with at least this many arcs start from Vogel's approximation, smaller
-#: ones from the row-minimum rule. Vogel's leaves fewer pivots, but with pivots as cheap
-#: as the thread and the vector row minima make them, its dearer start costs more than
-#: it saves on every dataset measured (``docs/performance.md``), so it is an opt-in
-#: (the tests run it): the default never reaches this bound.
-VOGEL_MIN_ARCS = 1 << 62
-
 #: Pricing blocks span at least this many arcs. On problems of 18-30 points a block
 #: of one row (POT's sqrt(m n) rule) finds poor entering arcs; 3-5 rows cut the pivots
 #: by about a fifth (``docs/performance.md``). From ~60 points on, where sqrt(m n)
@@ -98,9 +89,6 @@ FULL_PRICING_MAX_ARCS = 600
 #: Cost offset of a closed column in the row-minimum start: finite (the fastmath minimum
 #: assumes no infinities) and beyond any cost.
 CLOSED = 1e300
-
-#: Cells each line of Vogel's start remembers between scans (see :func:`_vogel_start`).
-VOGEL_CANDIDATES = 8
 
 #: Pricing and the start take the minima of rows of at least this many columns in four
 #: vector registers (:func:`mwsp_torch.transport._simd.row_min`); shorter rows are padded to whole
@@ -182,7 +170,6 @@ def transport_cost(
     supply,
     demand,
     cost,
-    vogel_min_arcs=VOGEL_MIN_ARCS,
     min_block_arcs=MIN_BLOCK_ARCS,
     mask_max_nodes=MASK_MAX_NODES,
     full_pricing_max_arcs=FULL_PRICING_MAX_ARCS,
@@ -197,9 +184,8 @@ def transport_cost(
         cost: ``[m, n]`` float64 costs, or ``[m, w]`` with ``w >= n``: columns past ``n``
             are scratch that the solver may overwrite. With ``w >= cost_width(n)`` and C
             order the solver prices the rows in place; otherwise it makes a padded copy.
-        vogel_min_arcs: start from Vogel's approximation when ``m * n`` reaches
-            this, else from the row-minimum rule (the optimum does not depend on it).
-        min_block_arcs: the fewest arcs a pricing block spans (nor does the optimum).
+        min_block_arcs: the fewest arcs a pricing block spans (the optimum does not depend
+            on it).
         mask_max_nodes: keep the basis tree as ancestor bit masks when ``m + n`` is at
             most this (at most 63), else as a thread (nor does the optimum).
         full_pricing_max_arcs: price all rows each pivot (Dantzig's rule) when ``m * n``
@@ -288,15 +274,10 @@ def transport_cost(
     rd_e[:] = 0
     rd_e[n - 1] = m
     use_masks = num_nodes <= min(mask_max_nodes, 63)
-    if m * n >= vogel_min_arcs:
-        _vogel_start(cost[:, :n], rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-        root = -1
-    else:
-        root = _row_minimum_start(
-            cost, n, flat, stride, chunks, padded, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc,
-            order,
-        )  # fmt: skip
-    if use_masks and root >= 0:
+    root = _row_minimum_start(
+        cost, n, flat, stride, chunks, padded, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e, parent, parent_arc, order
+    )
+    if use_masks:
         # The row-minimum start closes a node's parent after the node (see there), so its
         # closing order, reversed, puts parents first: no walk over the tree needed.
         parent[root] = -1
@@ -904,107 +885,6 @@ def _start_row_min(cost, n, flat, stride, chunks, padded, offset, p):
     if padded:
         return padded_row_min(flat, p * stride, offset, chunks)
     return row_min_simd(cost[p], offset, n)
-
-
-@njit(cache=True, nogil=True)
-def _vogel_start(cost, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e):
-    """Vogel's approximation: fill the cheapest open cell of the line whose two cheapest
-    open cells differ most (the first such row, unless a column differs strictly more)
-    (Reinfeld and Vogel 1958). Costlier than the row-minimum rule, but fewer pivots follow.
-
-    Closing a line changes the two cheapest open cells of the crossing lines that held it.
-    Rescanning every such line would dominate the start on large problems, so each
-    line keeps its ``VOGEL_CANDIDATES`` cheapest cells (ties by index) from its last scan:
-    while two of them are open they are its two cheapest open cells, and only when fewer
-    are left is the line scanned again. Penalties live in arrays (``-1`` once closed) and a
-    step takes two branch-free maxima over them; columns are scanned in a transposed copy.
-    """
-    m, n = cost.shape
-    cost_t = cost.T.copy()
-    row_open = np.ones(m, dtype=np.bool_)
-    col_open = np.ones(n, dtype=np.bool_)
-    r1 = np.empty(m, dtype=np.int64)  # each open row's cheapest and second-cheapest open column
-    r2 = np.empty(m, dtype=np.int64)
-    c1 = np.empty(n, dtype=np.int64)
-    c2 = np.empty(n, dtype=np.int64)
-    row_pen = np.empty(m, dtype=np.float64)
-    col_pen = np.empty(n, dtype=np.float64)
-    row_cand = np.empty((m, VOGEL_CANDIDATES), dtype=np.int64)
-    col_cand = np.empty((n, VOGEL_CANDIDATES), dtype=np.int64)
-    row_num = np.empty(m, dtype=np.int64)
-    col_num = np.empty(n, dtype=np.int64)
-    for p in range(m):
-        row_num[p] = _candidates(cost[p], col_open, row_cand[p])
-        r1[p], r2[p], row_pen[p] = _two_cheapest(cost[p], col_open, row_cand[p], row_num[p])
-    for q in range(n):
-        col_num[q] = _candidates(cost_t[q], row_open, col_cand[q])
-        c1[q], c2[q], col_pen[q] = _two_cheapest(cost_t[q], row_open, col_cand[q], col_num[q])
-    for count in range(m + n - 1):
-        row_best = _max(row_pen, m)
-        col_best = _max(col_pen, n)
-        if col_best > row_best:
-            bq = 0
-            while col_pen[bq] != col_best:
-                bq += 1
-            bp = c1[bq]
-        else:
-            bp = 0
-            while row_pen[bp] != row_best:
-                bp += 1
-            bq = r1[bp]
-        _allocate(bp, bq, count, rs_u, rs_e, rd_u, rd_e, b_p, b_q, f_u, f_e)
-        if rs_u[bp] == 0 and rs_e[bp] == 0:
-            row_open[bp] = False
-            row_pen[bp] = -1.0
-            for j in range(n):
-                if col_open[j] and (c1[j] == bp or c2[j] == bp):
-                    c1[j], c2[j], col_pen[j] = _two_cheapest(cost_t[j], row_open, col_cand[j], col_num[j])
-                    if c2[j] < 0 and col_num[j] == VOGEL_CANDIDATES:  # candidates spent: rescan
-                        col_num[j] = _candidates(cost_t[j], row_open, col_cand[j])
-                        c1[j], c2[j], col_pen[j] = _two_cheapest(cost_t[j], row_open, col_cand[j], col_num[j])
-        if rd_u[bq] == 0 and rd_e[bq] == 0:
-            col_open[bq] = False
-            col_pen[bq] = -1.0
-            for i in range(m):
-                if row_open[i] and (r1[i] == bq or r2[i] == bq):
-                    r1[i], r2[i], row_pen[i] = _two_cheapest(cost[i], col_open, row_cand[i], row_num[i])
-                    if r2[i] < 0 and row_num[i] == VOGEL_CANDIDATES:
-                        row_num[i] = _candidates(cost[i], col_open, row_cand[i])
-                        r1[i], r2[i], row_pen[i] = _two_cheapest(cost[i], col_open, row_cand[i], row_num[i])
-
-
-@njit(cache=True, nogil=True)
-def _candidates(costs, is_open, cand):
-    """The (at most) ``len(cand)`` cheapest open entries into ``cand``, ascending by cost,
-    ties by index; returns how many."""
-    size = cand.shape[0]
-    num = 0
-    for j in range(costs.shape[0]):
-        if is_open[j] and (num < size or costs[j] < costs[cand[num - 1]]):
-            pos = num if num < size else size - 1
-            while pos > 0 and costs[cand[pos - 1]] > costs[j]:
-                cand[pos] = cand[pos - 1]
-                pos -= 1
-            cand[pos] = j
-            if num < size:
-                num += 1
-    return num
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _two_cheapest(costs, is_open, cand, num):
-    """The first two open candidates (``-1`` where none) and their Vogel penalty (cost
-    difference; ``CLOSED``, the method's infinity, for a line with one open cell)."""
-    a = -1
-    b = -1
-    for t in range(num):
-        if is_open[cand[t]]:
-            if a < 0:
-                a = cand[t]
-            else:
-                b = cand[t]
-                break
-    return a, b, (costs[b] - costs[a] if b >= 0 else CLOSED)
 
 
 @njit(cache=True, nogil=True, fastmath=True)

@@ -1,10 +1,10 @@
 """Exact transport with one problem per GPU thread (numba CUDA), and the same code on the CPU.
 
-Why our own, again: POT has no GPU solver, and the tensor-batched simplex
-(:mod:`mwsp_torch.transport._batched_simplex`) moves every problem of a batch through the same
-dense tensor operations in lock step, so every problem pays for the slowest one's pivots
-and every pivot for a whole dense matrix: on an H100 it was 40x slower than the compiled
-CPU engine (``docs/performance.md``). Here each CUDA thread runs, on its own pair, the
+Why our own, again: POT has no GPU solver, and a simplex written as tensor operations over a
+batch (this package's removed batched engine) moves every problem of a batch through the same
+dense operations in lock step, so every problem pays for the slowest one's pivots and every
+pivot for a whole dense matrix: on an H100 it was 40x slower than the compiled CPU engine
+(``docs/engines.md``). Here each CUDA thread runs, on its own pair, the
 method of the CPU engine's small-problem path (:mod:`mwsp_torch.transport._simplex`: Orden's
 perturbation on exact integer masses, the row-minimum start, block pricing by rows, the
 basis tree as ancestor bit masks), with its arrays in thread-local memory. Each thread

@@ -36,7 +36,6 @@ from mwsp_torch.transport._simplex import (
     FULL_PRICING_MAX_ARCS,
     MASK_MAX_NODES,
     MIN_BLOCK_ARCS,
-    VOGEL_MIN_ARCS,
     cost_width,
     transport_cost,
 )
@@ -165,7 +164,7 @@ def _solve_run(
         basis = np.empty((3, na + ma - 1), dtype=np.int64)
         potentials = np.empty(na + ma, dtype=np.float64)
         best = transport_cost(
-            supply, demand, cost, VOGEL_MIN_ARCS, MIN_BLOCK_ARCS, MASK_MAX_NODES, FULL_PRICING_MAX_ARCS, basis,
+            supply, demand, cost, MIN_BLOCK_ARCS, MASK_MAX_NODES, FULL_PRICING_MAX_ARCS, basis,
             potentials,
         )  # fmt: skip
         values[k] = best / total

@@ -20,7 +20,7 @@ __all__ = [
     "numba_cuda_available",
 ]
 
-EXACT_ENGINES = ("auto", "compiled", "batched", "thread")
+EXACT_ENGINES = ("auto", "compiled", "thread")
 
 #: The largest row-to-row distance table (bytes) that ``exact_engine="auto"`` gives the thread
 #: engine (:func:`transport.thread_exact_distances`' own default limit); a larger bank goes to

@@ -1,13 +1,11 @@
-"""The exact engines for GPUs: W for many pairs, the same values as the CPU engine's.
+"""The exact engine for GPUs: W for many pairs, the same values as the CPU engine's.
 
-:func:`batched_exact_distances` solves the problems left after cancellation, padded to a
-few shapes, with a transportation simplex written as tensor operations over a batch
-(:mod:`mwsp_torch.transport._batched_simplex`), on any torch device. :func:`thread_exact_distances`
-solves one pair per CUDA thread (:mod:`mwsp_torch.transport._thread_simplex`, numba CUDA) while the
-host's CPU engine (:func:`~mwsp_torch.transport.exact_distances`) takes the large pairs
-and a share of the small ones. Both take their ground costs from one table of all
-row-to-row distances, so they are for datasets of small graphs; both run on the CPU too,
-which is how they are tested without a GPU, and where they are slower than the CPU engine.
+:func:`thread_exact_distances` solves one pair per CUDA thread
+(:mod:`mwsp_torch.transport._thread_simplex`, numba CUDA) while the host's CPU engine
+(:func:`~mwsp_torch.transport.exact_distances`) takes the large pairs and a share of the
+small ones. It takes its ground costs from one table of all row-to-row distances, so it is
+for datasets of small graphs; it runs on the CPU too, which is how it is tested without a
+GPU, and where it is slower than the CPU engine.
 """
 
 from __future__ import annotations
@@ -22,16 +20,20 @@ import scipy.sparse as sp
 from mwsp_torch._checks import is_integer
 from mwsp_torch._numba_setup import numba_ready
 from mwsp_torch.transport.costs import (
-    distance_table,
     distance_table_bytes,
-    recomputed_where_cancelled,
     row_distance_table,
 )
 from mwsp_torch.transport.exact import exact_distances, numba_threads
-from mwsp_torch.transport.measures import SupportSet, bank_arrays, cancel_pairs, shared_bank
-from mwsp_torch.transport.sinkhorn import shape_buckets
+from mwsp_torch.transport.measures import SupportSet, bank_arrays, shared_bank
+
+#: What asking for the removed batched engine says.
+BATCHED_REMOVED = (
+    "the batched exact engine was removed (slower than the other exact engines everywhere measured: "
+    "docs/engines.md); use engine 'auto', 'compiled' or 'thread'"
+)
 
 __all__ = [
+    "BATCHED_REMOVED",
     "PairQueue",
     "batched_exact_distances",
     "cuda_device_index",
@@ -52,105 +54,14 @@ def _table_bank(left: SupportSet, right: SupportSet, table_bytes: int, engine: s
     return bank
 
 
-def batched_exact_distances(
-    left: SupportSet,
-    right: SupportSet,
-    pairs: np.ndarray,
-    device: str = "cpu",
-    batch_size: int = 1 << 15,
-    table_bytes: int = 1 << 30,
-    pad_to: int = 4,
-    progress: Callable[[int], None] | None = None,
-) -> np.ndarray:
-    """Exact W for each pair, solved in batches on a torch device (:mod:`mwsp_torch.transport._batched_simplex`).
+def batched_exact_distances(*args, **kwargs) -> np.ndarray:
+    """Removed: the torch batched simplex was the slowest exact engine on every device measured
+    (``docs/engines.md``). The name stays only so that a caller naming it gets this error.
 
-    Shared mass is cancelled as in :func:`~mwsp_torch.transport.exact_distances`. What is left is padded to
-    a few shapes (next multiple of ``pad_to`` above each side's size, default 4), so
-    that batches are large: dummy supplies of ``N - n`` units each and dummy demands
-    of ``M - m`` units each (equal totals) trade at cost 0 among themselves and at
-    ``3 max(cost)`` (1 if all costs are 0) with real points: a plan moving ``F`` units
-    across pays at least ``6 max F`` where keeping them apart costs at most ``max F``, so
-    the optimum is the real problem's. Each padded shape is solved ``batch_size`` problems at a time.
-    Ground costs come from one table of all row-to-row distances, built on ``device`` from
-    the Gram matrix (:func:`~mwsp_torch.transport.costs.distance_table`: ``|a|^2 + |b|^2 - 2 a.b``, clamped at 0; after
-    cancellation no row meets itself). That formula's rounding is about ``1e-16 |a|^2 / |a - b|^2``
-    of a cost, so rows of huge counts that differ little (a hub graph's) would lose digits
-    (up to 1e-6 relative in W on a 90,000-node hub); the entries where that can pass 2e-10
-    are taken again from the rows' differences
-    (:func:`~mwsp_torch.transport.costs.recomputed_where_cancelled`), as the compiled and
-    thread engines take them. The bank's table must fit in ``table_bytes`` (default 1 GiB):
-    this engine is for datasets of small graphs. On a CPU it is much slower than
-    :func:`exact_distances`; it exists for GPUs and is tested on CPU tensors.
-
-    Args:
-        left, right, pairs, progress: as in :func:`exact_distances`.
-        device (str): torch device (default ``"cpu"``).
-        batch_size (int): problems per batch (default ``32768``).
-        table_bytes (int): the most bytes the distance table and one batch's cost
-            tensor may take; batches of large
-            padded shapes are cut smaller than ``batch_size`` to fit.
-        pad_to (int): granularity of the padded shapes (default ``4``).
-
-    Returns:
-        ``[m]`` float64 distances.
+    Raises:
+        ValueError: always, naming the exact engines there are.
     """
-    from mwsp_torch.transport._batched_simplex import batched_transport_cost
-
-    bank = _table_bank(left, right, table_bytes, "batched")
-    pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
-    pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale = cancel_pairs(
-        pairs, *left.arrays(), *right.arrays()
-    )
-    table = recomputed_where_cancelled(distance_table(bank, device, floor=0.0), bank)
-    out = np.zeros(len(pairs), dtype=np.float64)  # pairs with nothing left (same measure): 0
-    # Buckets: problems with one point on a side (forced plans) by exact shape, the rest
-    # padded to the next multiple of `pad_to` above their shape (at least one dummy a side).
-    forced = (pos_len <= 1) | (neg_len <= 1)
-    rows_to = np.where(forced, pos_len, (pos_len // pad_to + 1) * pad_to)
-    cols_to = np.where(forced, neg_len, (neg_len // pad_to + 1) * pad_to)
-    for bucket in shape_buckets(rows_to, cols_to):
-        big_m, big_n = int(rows_to[bucket[0]]), int(cols_to[bucket[0]])
-        step = max(1, min(batch_size, table_bytes // max(1, big_m * big_n * 8)))
-        for lo in range(0, len(bucket) if big_m else 0, step):
-            chunk = bucket[lo : lo + step]
-            supply, demand, cost = _padded_problems(
-                chunk, big_m, big_n, pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, table
-            )
-            out[chunk] = batched_transport_cost(supply, demand, cost).cpu().numpy() / scale[chunk]
-        if progress is not None:
-            progress(len(bucket))
-    return out
-
-
-def _padded_problems(
-    chunk, big_m, big_n, pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, table
-):
-    """Torch ``(supply, demand, cost)`` of the pairs ``chunk``, padded to ``big_m x big_n``."""
-    import torch
-
-    device = table.device
-    m, n = pos_len[chunk], neg_len[chunk]
-    real_p = np.arange(big_m)[None, :] < m[:, None]
-    real_q = np.arange(big_n)[None, :] < n[:, None]
-    p_at = np.where(real_p, pos_ptr[chunk][:, None] + np.arange(big_m), 0)
-    q_at = np.where(real_q, neg_ptr[chunk][:, None] + np.arange(big_n), 0)
-    # Dummies: each dummy supply N - n units, each dummy demand M - m units.
-    # (Called only for shapes with points on both sides, so the index arrays are not empty.)
-    supply = np.where(real_p, pos_mass[p_at], (big_n - n)[:, None])
-    demand = np.where(real_q, neg_mass[q_at], (big_m - m)[:, None])
-    p_ids = torch.from_numpy(np.where(real_p, pos_ids[p_at], 0)).to(device)
-    q_ids = torch.from_numpy(np.where(real_q, neg_ids[q_at], 0)).to(device)
-    cost = table[p_ids[:, :, None], q_ids[:, None, :]]
-    rp = torch.from_numpy(real_p).to(device)[:, :, None]
-    rq = torch.from_numpy(real_q).to(device)[:, None, :]
-    real = rp & rq
-    cost = torch.where(real, cost, torch.zeros_like(cost))
-    # Dummy-real costs: above every real cost, and on the real costs' scale (the solver's
-    # tolerance is relative to the largest cost; a +1 would swamp costs far below 1).
-    largest = cost.reshape(len(chunk), -1).amax(1)
-    wall = torch.where(largest > 0, 3.0 * largest, torch.ones_like(largest))
-    cost = torch.where(rp ^ rq, wall[:, None, None].expand_as(cost), cost)
-    return torch.from_numpy(supply).to(device), torch.from_numpy(demand).to(device), cost
+    raise ValueError(BATCHED_REMOVED)
 
 
 def thread_exact_distances(

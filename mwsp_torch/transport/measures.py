@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import njit
 
 from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
@@ -28,7 +28,6 @@ __all__ = [
     "SupportSet",
     "bank_arrays",
     "cancel",
-    "cancel_pairs",
     "collapse",
     "pair_supports",
     "shared_bank",
@@ -234,48 +233,3 @@ def cancel(sa, ca, na, sb, cb, nb, pos_ids, pos_mass, neg_ids, neg_mass):
             neg_mass[n_neg] = -net
             n_neg += 1
     return n_pos, n_neg
-
-
-@njit(cache=True, parallel=True)
-def cancel_pairs(pairs, l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size):
-    """Per pair, the rows left after cancelling shared mass (:func:`cancel`), for the
-    batched GPU engine (:func:`~mwsp_torch.transport.batched_exact_distances`).
-
-    Returns ``(pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale)``:
-    pair ``t``'s supplies are ``pos_*[pos_ptr[t] : pos_ptr[t] + pos_len[t]]`` (likewise
-    its demands), with integer masses (``count * other graph's size``); W is the
-    optimal cost divided by ``scale[t] = n_G n_H``.
-    """
-    num = pairs.shape[0]
-    pos_ptr = np.zeros(num + 1, dtype=np.int64)
-    neg_ptr = np.zeros(num + 1, dtype=np.int64)
-    for t in range(num):
-        g, h = pairs[t, 0], pairs[t, 1]
-        pos_ptr[t + 1] = pos_ptr[t] + l_ptr[g + 1] - l_ptr[g]
-        neg_ptr[t + 1] = neg_ptr[t] + r_ptr[h + 1] - r_ptr[h]
-    pos_ids = np.empty(pos_ptr[num], dtype=np.int64)
-    pos_mass = np.empty(pos_ptr[num], dtype=np.int64)
-    neg_ids = np.empty(neg_ptr[num], dtype=np.int64)
-    neg_mass = np.empty(neg_ptr[num], dtype=np.int64)
-    pos_len = np.zeros(num, dtype=np.int64)
-    neg_len = np.zeros(num, dtype=np.int64)
-    scale = np.empty(num, dtype=np.int64)
-    for t in prange(num):
-        sa, ca, na, sb, cb, nb = pair_supports(
-            pairs[t, 0], pairs[t, 1], l_ptr, l_sup, l_cnt, l_size, r_ptr, r_sup, r_cnt, r_size
-        )
-        scale[t] = na * nb
-        p_lo, q_lo = pos_ptr[t], neg_ptr[t]
-        pos_len[t], neg_len[t] = cancel(
-            sa,
-            ca,
-            na,
-            sb,
-            cb,
-            nb,
-            pos_ids[p_lo : pos_ptr[t + 1]],
-            pos_mass[p_lo : pos_ptr[t + 1]],
-            neg_ids[q_lo : neg_ptr[t + 1]],
-            neg_mass[q_lo : neg_ptr[t + 1]],
-        )
-    return pos_ptr, pos_ids, pos_mass, pos_len, neg_ptr, neg_ids, neg_mass, neg_len, scale

@@ -228,8 +228,8 @@ def _padded_width(sizes: np.ndarray, pad_to: int = 4) -> np.ndarray:
 
 def shape_buckets(rows: np.ndarray, cols: np.ndarray | None = None) -> list[np.ndarray]:
     """Indices grouped by equal shape ``rows`` (or ``(rows, cols)``), never an empty group;
-    within a group the indices keep their order. How the padded engines (fused Sinkhorn,
-    :func:`~mwsp_torch.transport.batched_exact_distances`) batch problems of one shape."""
+    within a group the indices keep their order. How the fused Sinkhorn batches problems of
+    one shape."""
     key = rows if cols is None else rows * (int(cols.max(initial=0)) + 1) + cols
     order = np.argsort(key, kind="stable")
     return [group for group in np.split(order, np.flatnonzero(np.diff(key[order])) + 1) if len(group)]
