@@ -11,7 +11,7 @@ Usage::
 ``--n-jobs`` defaults to the estimator's own default (-1, every core), so that run times
 ``MWSP(d=2, k=0, solver="exact").fit(graphs)`` as the issue writes it. ``--no-warmup``
 times the first fit of the process as well: it then loads the ahead-of-time compiled
-kernels (``mwsp_torch/_aot.py``; built by the first fit on a machine, so run once before
+kernels (``mwsp_torch/compiled.py``; built by the first fit on a machine, so run once before
 timing), or with ``MWSP_KERNELS=jit`` numba's functions from numba's disk cache.
 """
 

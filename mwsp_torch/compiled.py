@@ -1,4 +1,9 @@
-"""The CPU kernels compiled ahead of time, so that a process's first fit does not wait for numba.
+"""The CPU kernels behind one seam: compiled ahead of time, so that a process's first fit does not wait for numba.
+
+Every module with numba CPU kernels gets them here, and only here: :func:`kernel` declares a
+numba function as an entry point and returns what to call; :func:`extension` builds or loads
+the compiled extension; :func:`numba_ready` runs numba's per-process set-up (for the JIT
+path and the kernels outside the build).
 
 Why: every numba function, even one loaded from numba's disk cache, makes the first call
 in a process pay numba's set-up (its typing and target registries) and a load of each
@@ -7,7 +12,7 @@ d=2, k=0) a third of a process's first fit (``benchmarks/README.md``). The same 
 compiled once into an ordinary CPython extension load in about a millisecond and need none
 of numba at run time.
 
-What: each module declares its own entry points (:func:`entry`: a numba function, its
+What: each module declares its own entry points (:func:`kernel`: a numba function, its
 argument codes and return type) and calls the :class:`Kernel` it gets back. numba's own
 ahead-of-time compiler (:mod:`numba.pycc`) compiles the very functions the JIT path runs
 (their ``py_func``), so there is one source of truth. ``numba.pycc`` is pending deprecation
@@ -15,7 +20,7 @@ in numba, and the pinned range of numba keeps it; should it go, or should a buil
 needs a C compiler), the kernels fall back to numba's JIT with a warning, and give the same
 values. The extension:
 
-- is built on first use, in a child process (``python -m mwsp_torch._aot``, which imports
+- is built on first use, in a child process (``python -m mwsp_torch.compiled``, which imports
   the package, so that every module registers its entry points) that starts from an empty
   numba cache (so no stale cached function is linked in) and without the caller's
   ``NUMBA_*`` settings (so a key names one build), under a file lock that the child holds
@@ -31,7 +36,7 @@ values. The extension:
   length), numba's, llvmlite's, NumPy's (the extension is built against its C interface)
   and Python's versions and the host CPU (it is compiled for it), so an edit, another
   environment or another machine builds a new one. An entry point's module must be one
-  of them (:func:`entry` refuses others), so a kernel's edit always changes the key;
+  of them (:func:`kernel` refuses others), so a kernel's edit always changes the key;
 - a failed build leaves a ``.failed`` file beside the extension's name, with the error, so
   later processes in ``auto`` mode fall back at once instead of retrying a build that may
   take a minute to fail; ``MWSP_KERNELS=aot`` always retries, and deleting the file does.
@@ -40,7 +45,7 @@ values. The extension:
 
 ``MWSP_KERNELS=jit`` turns it off (numba's JIT only); ``MWSP_KERNELS=aot`` makes a failed
 build an error rather than a warning. Both paths are tested to give equal values
-(``tests/test_aot.py``).
+(``tests/test_compiled.py``).
 
 One difference in the code: numba lowers ``a[i]`` for a signed ``i`` with a wraparound
 (``i + len(a)`` where ``i < 0``, as Python does), and LLVM can drop it only where it can
@@ -48,13 +53,14 @@ prove ``i >= 0``, not for an index loaded from another array (a parent, an arc, 
 which is most of the exact solver's. The build lowers the kernels' own indexing without it
 (:func:`_index_without_wraparound`), which made the exact engine about 1.1x faster with
 equal matrices (``benchmarks/README.md``). That is sound because the kernels never index
-with a negative number: ``tests/test_aot.py`` runs them with that lowering and
+with a negative number: ``tests/test_compiled.py`` runs them with that lowering and
 ``NUMBA_BOUNDSCHECK=1``, under which a negative index is an ``IndexError``. numba's own
 functions keep their lowering.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
@@ -69,6 +75,28 @@ from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
 
 import numpy as np
+from numba import njit
+
+__all__ = [
+    "ENTRIES",
+    "KERNELS_ENV",
+    "KERNEL_DIR_ENV",
+    "MODES",
+    "OWN_FUNCTION_PREFIX",
+    "SOURCE_MODULES",
+    "Kernel",
+    "build_command",
+    "build_key",
+    "conforms",
+    "extension",
+    "extension_path",
+    "failed_marker",
+    "kernel",
+    "kernel_dir",
+    "mode",
+    "numba_ready",
+    "source_file",
+]
 
 KERNELS_ENV = "MWSP_KERNELS"
 KERNEL_DIR_ENV = "MWSP_KERNEL_DIR"
@@ -77,7 +105,7 @@ MODES = ("auto", "aot", "jit")
 #: The modules (relative to this package) whose numba functions and intrinsics the entry
 #: points compile, inline or call: their sources name the build.
 SOURCE_MODULES = (
-    "_aot", "_interning", "labels", "paths", "transport._borrow", "transport._simd", "transport._simplex",
+    "_interning", "compiled", "labels", "paths", "transport._borrow", "transport._simd", "transport._simplex",
     "transport.costs", "transport.exact", "transport.measures", "trees",
 )  # fmt: skip
 
@@ -159,7 +187,7 @@ def extension_path(key: str | None = None) -> Path:
     return kernel_dir() / f"mwsp_kernels_{key}{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
-def module():
+def extension():
     """The compiled extension, built first if need be; ``None`` where the JIT path is to run
     (``MWSP_KERNELS=jit``, or a failed build in ``auto`` mode, which warns once a process)."""
     if _state["tried"]:
@@ -247,14 +275,14 @@ def failed_marker(path: Path) -> Path:
 
 
 def build_command(path: Path, numba_cache: str) -> tuple[list[str], str, dict]:
-    """The build child's command, folder and environment: ``python -m mwsp_torch._aot PATH
+    """The build child's command, folder and environment: ``python -m mwsp_torch.compiled PATH
     PACKAGE``, run in the folder that holds this package (``-m`` imports from there first),
     with numba's cache in ``numba_cache`` and none of the caller's other ``NUMBA_*``
     settings (``NUMBA_OPT``, ``NUMBA_BOUNDSCHECK``, ...: the key does not name them)."""
     package = Path(__file__).resolve().parent
     env = {name: value for name, value in os.environ.items() if not name.startswith("NUMBA_")}
     env.update({KERNELS_ENV: "jit", "NUMBA_CACHE_DIR": numba_cache})
-    return [sys.executable, "-m", "mwsp_torch._aot", str(path), str(package)], str(package.parent), env
+    return [sys.executable, "-m", "mwsp_torch.compiled", str(path), str(package)], str(package.parent), env
 
 
 def _load(path: Path):
@@ -311,39 +339,92 @@ class Kernel:
         self.module = jit_function.py_func.__module__.removeprefix(f"{__package__}.")
 
     def __call__(self, *args):
-        extension = module()
-        if extension is not None and conforms(self.codes, args):
-            return getattr(extension, self.name)(*args)
-        from mwsp_torch._numba_setup import numba_ready
-
+        built = extension()
+        if built is not None and conforms(self.codes, args):
+            return getattr(built, self.name)(*args)
         numba_ready()
         return self.jit_function(*args)
 
 
-def entry(name: str, codes: str, returns: str):
+def kernel(name: str, codes: str, returns: str):
     """Declare the numba function it is applied to as the extension's entry point ``name``
     (arguments :attr:`Kernel.codes`, return type ``returns``); returns its :class:`Kernel`::
 
-        _row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(row_squares)
+        _row_squares_kernel = kernel("row_squares", "i1 f1", "float64[::1]")(row_squares)
 
     The function's module must be one of :data:`SOURCE_MODULES`, so that an edit of it
     changes the build's key; a name is declared once (a module imported again may declare
     it again with the same function)."""
 
     def register(jit_function) -> Kernel:
-        kernel = Kernel(name, jit_function, codes, returns)
-        if kernel.module not in SOURCE_MODULES:
-            raise ValueError(f"entry point {name!r} is declared in {kernel.module}, which is not in SOURCE_MODULES")
+        declared = Kernel(name, jit_function, codes, returns)
+        if declared.module not in SOURCE_MODULES:
+            raise ValueError(f"entry point {name!r} is declared in {declared.module}, which is not in SOURCE_MODULES")
         known = ENTRIES.get(name)
         if known is not None and (known.module, known.jit_function.__qualname__) != (
-            kernel.module,
+            declared.module,
             jit_function.__qualname__,
         ):
-            raise ValueError(f"entry point {name!r} is declared twice: in {known.module} and in {kernel.module}")
-        ENTRIES[name] = kernel
-        return kernel
+            raise ValueError(f"entry point {name!r} is declared twice: in {known.module} and in {declared.module}")
+        ENTRIES[name] = declared
+        return declared
 
     return register
+
+
+# numba's once-per-process set-up, run with Python's cyclic garbage collector paused.
+#
+# The first call of any numba function in a process, even one loaded from the disk cache,
+# fills numba's typing and target registries: it imports about 70 of numba's modules and
+# makes tens of thousands of long-lived Python objects. In a process that has imported
+# torch, PyG, scikit-learn and POT, that burst of allocations sets off a full (generation
+# 2) collection, which walks every tracked object of the process, however few of them are
+# garbage: about a fifth of a first fit of 400 NCI1 graphs (``docs/performance.md``).
+# :func:`numba_ready` triggers the set-up through a trivial cached function with the
+# collector paused and restores the collector at once: the registries hold no garbage, and
+# cycles dropped meanwhile wait for the next collection. The entry points that run numba
+# code call it first; after the first call it costs one check of a flag.
+
+_ready = False
+_setup_lock = threading.Lock()
+#: Whether the collector was on when the pause began; ``None`` outside the pause.
+_paused_from: bool | None = None
+
+
+@njit(cache=True)
+def _first_dispatch() -> int:
+    return 0
+
+
+def numba_ready() -> None:
+    """Run numba's per-process set-up once, with the cyclic garbage collector paused."""
+    global _ready, _paused_from
+    if _ready:
+        return
+    with _setup_lock:
+        if _ready:
+            return
+        _paused_from = gc.isenabled()
+        gc.disable()
+        try:
+            _first_dispatch()
+        finally:
+            if _paused_from:
+                gc.enable()
+            _paused_from = None
+        _ready = True
+
+
+def _after_fork_in_child() -> None:
+    """A child forked by another thread during the pause gets a free lock and its collector back."""
+    global _setup_lock, _paused_from
+    _setup_lock = threading.Lock()
+    if _paused_from:
+        gc.enable()
+    _paused_from = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: The start of the LLVM names numba gives this package's functions (``_ZN`` + length + name).
@@ -393,9 +474,9 @@ def _build(path: Path) -> None:
     cc.verbose = False
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as scratch:
         cc.output_dir = scratch
-        for kernel in ENTRIES.values():
-            arguments = ", ".join(_NUMBA_TYPES[code] for code in kernel.codes.split())
-            cc.export(kernel.name, f"{kernel.returns}({arguments})")(kernel.jit_function.py_func)
+        for declared in ENTRIES.values():
+            arguments = ", ".join(_NUMBA_TYPES[code] for code in declared.codes.split())
+            cc.export(declared.name, f"{declared.returns}({arguments})")(declared.jit_function.py_func)
         cc.compile()
         os.replace(Path(scratch) / cc.output_file, path)  # atomic: a killed build leaves no half file
 
@@ -405,25 +486,25 @@ def _check_identity(path: Path, package: str) -> None:
     its sources give the key ``path`` is named by."""
     here = Path(__file__).resolve().parent
     if here != Path(package).resolve():
-        raise SystemExit(f"mwsp_torch._aot: this build imported {here}, not the caller's package {package}")
+        raise SystemExit(f"mwsp_torch.compiled: this build imported {here}, not the caller's package {package}")
     if extension_path().name != path.name:
-        raise SystemExit(f"mwsp_torch._aot: the sources here give {extension_path().name}, not {path.name}")
+        raise SystemExit(f"mwsp_torch.compiled: the sources here give {extension_path().name}, not {path.name}")
 
 
 if __name__ == "__main__":
-    # ``-m`` runs this file as ``__main__``, beside the package's own ``mwsp_torch._aot``,
+    # ``-m`` runs this file as ``__main__``, beside the package's own ``mwsp_torch.compiled``,
     # where the modules that declare entry points (all among SOURCE_MODULES: ``entry`` refuses
     # others), imported here by name, have registered them; so does ``import mwsp_torch``, and the
     # build does not depend on what the package's ``__init__`` imports.
     import importlib
 
     import mwsp_torch
-    from mwsp_torch import _aot as registry
+    from mwsp_torch import compiled as registry
 
     for _name in registry.SOURCE_MODULES:
         importlib.import_module(f"mwsp_torch.{_name}")
 
     registry._check_identity(Path(sys.argv[1]), sys.argv[2])
     if not registry.ENTRIES:
-        raise SystemExit(f"mwsp_torch._aot: importing {mwsp_torch.__file__} registered no entry points")
+        raise SystemExit(f"mwsp_torch.compiled: importing {mwsp_torch.__file__} registered no entry points")
     registry._build(Path(sys.argv[1]))

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch.compiled import kernel
 from mwsp_torch.graphs import GraphSet, as_numpy, read_graphs
 
 __all__ = [
@@ -412,4 +412,4 @@ def _intern_rows(rows, frozen, fresh, offset):
     return out, fresh
 
 
-_intern_rows_kernel = _aot.entry("intern_rows", "i2 i1 i1 i", "Tuple((int64[::1], int64[::1]))")(_intern_rows)
+_intern_rows_kernel = kernel("intern_rows", "i2 i1 i1 i", "Tuple((int64[::1], int64[::1]))")(_intern_rows)

@@ -27,8 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch.compiled import kernel
 from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 
 __all__ = [
@@ -240,7 +240,7 @@ def _path_features_kernel(
     return cols, vals, nnz, fresh
 
 
-_path_features = _aot.entry(
+_path_features = kernel(
     "path_features", "i1 i1 i1 i2 i b i1 i1 i i i i1 i1 f1 i", "Tuple((int64[::1], float64[::1], int64, int64[::1]))"
 )(_path_features_kernel)
 

@@ -16,7 +16,7 @@ libsvm's voting (ties to the first class). From :data:`LIBSVM_FROM` training gra
 cold starts call libsvm itself, which was faster there. The solutions agree with libsvm's to
 its stopping tolerance, not bit for bit: a prediction can differ where a decision value is
 that close to 0 (``tests/test_svm.py``). Agreement and speed, measured: ``docs/protocols.md``.
-Its kernels stay on numba's cached JIT, outside the ahead-of-time build (``_aot``): a
+Its kernels stay on numba's cached JIT, outside the ahead-of-time build (:mod:`mwsp_torch.compiled`): a
 selection runs for seconds to hours, so numba's per-process set-up is no share of it.
 """
 

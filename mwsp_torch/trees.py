@@ -26,9 +26,9 @@ from numba import njit
 from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
-from mwsp_torch import _aot
 from mwsp_torch._checks import is_integer
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch.compiled import kernel
 from mwsp_torch.graphs import CHUNK_NODES, GraphSet, graph_chunks
 from mwsp_torch.labels import LABEL_POLICIES, LabelScheme, to_graph_set
 
@@ -120,8 +120,8 @@ def _tree_ids_kernel(ptr, indptr, indices, edge_labels, k, frozen, fresh, offset
     return fresh
 
 
-_label_ids = _aot.entry("label_ids", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))")(_label_ids_kernel)
-_tree_ids = _aot.entry("tree_ids", "i1 i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]")(_tree_ids_kernel)
+_label_ids = kernel("label_ids", "i1 i i1 i1 i", "Tuple((int64[:, ::1], int64[::1]))")(_label_ids_kernel)
+_tree_ids = kernel("tree_ids", "i1 i1 i1 i1 i i1 i1 i i2 i i", "int64[::1]")(_tree_ids_kernel)
 
 
 def _edge_label_array(graph_set: GraphSet) -> np.ndarray:

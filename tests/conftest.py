@@ -35,9 +35,9 @@ def make_data(num_nodes, edges, labels) -> Data:
 def compiled_kernels():
     """The ahead-of-time kernels, built (about a minute, once per machine and source) before
     any test runs, so that no test, a property test with a deadline say, times the build."""
-    from mwsp_torch import _aot
+    from mwsp_torch import compiled
 
-    return _aot.module()
+    return compiled.extension()
 
 
 #: Small TU datasets in the raw layout, in the repository (``tests/data/README.md``): MUTAG

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from mwsp_torch import _aot
+from mwsp_torch import compiled
 from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
 
 
@@ -109,7 +109,7 @@ def test_the_solver_and_the_engine_count_no_references_per_pivot_or_pair(tmp_pat
     env = {
         **os.environ,
         "NUMBA_CACHE_DIR": str(tmp_path),
-        _aot.KERNELS_ENV: "jit",
+        compiled.KERNELS_ENV: "jit",
         "MWSP_DATA_ROOT": str(fixture_root),
         "MWSP_CACHE_DIR": str(cache_dir),
     }

@@ -1,4 +1,4 @@
-"""The ahead-of-time compiled kernels (:mod:`mwsp_torch._aot`) against numba's JIT path.
+"""The ahead-of-time compiled kernels (:mod:`mwsp_torch.compiled`) against numba's JIT path.
 
 CI sets ``MWSP_KERNELS=aot``, so there a failed build fails the run instead of falling back.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mwsp_torch import MWSP, _aot, load_tudataset
+from mwsp_torch import MWSP, compiled, load_tudataset
 from mwsp_torch.transport import exact as exact_engine
 from mwsp_torch.transport import exact_distances, upper_pairs
 
@@ -48,7 +48,7 @@ class _Recording:
 
 @pytest.fixture
 def extension():
-    built = _aot.module()
+    built = compiled.extension()
     assert built is not None, "the ahead-of-time kernels are not built here (MWSP_KERNELS=jit?)"
     return built
 
@@ -58,8 +58,8 @@ def use(monkeypatch):
     """``use(extension_or_None)``: the kernels this process takes from now on."""
 
     def choose(module):
-        monkeypatch.setitem(_aot._state, "tried", True)
-        monkeypatch.setitem(_aot._state, "module", module)
+        monkeypatch.setitem(compiled._state, "tried", True)
+        monkeypatch.setitem(compiled._state, "module", module)
 
     return choose
 
@@ -77,7 +77,7 @@ def test_fit_equals_the_jit_path_bit_for_bit(fixture_root, cache_dir, extension,
     graphs = _graphs(fixture_root, cache_dir, name, count)
     recording = _Recording(extension)
     use(recording)
-    compiled = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
+    built = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
     expected = {"label_ids", "path_features", "intern_sparse_rows", "pairs_chunks", "table_part", "mirror_part"}
     assert expected | ({"tree_ids"} if k > 0 else set()) <= recording.names()
     # The table's entry points ran once per thread, each thread on its own share; the pairs'
@@ -87,18 +87,18 @@ def test_fit_equals_the_jit_path_bit_for_bit(fixture_root, cache_dir, extension,
         shares = [call[1:] for call in recording.calls if call[0] == name_]
         assert len(shares) >= 2 and sorted(shares) == sorted([(0, 2), (1, 2)] * (len(shares) // 2)), name_
     chunks = sorted(call[1:] for call in recording.calls if call[0] == "pairs_chunks")
-    num_pairs = compiled.timings_["pairs"]  # between distinct measures
+    num_pairs = built.timings_["pairs"]  # between distinct measures
     run = min(exact_engine.PAIR_CHUNK, -(-num_pairs // (2 * exact_engine.RUNS_PER_THREAD)))
     whole, part = divmod(num_pairs, run)
     assert whole >= 2 and chunks == sorted([(run, 0, 1)] * whole + [(part, 0, 1)] * (part > 0))
     use(None)
     jit = MWSP(d=d, k=k, paths=paths, n_jobs=2).fit(graphs)
-    np.testing.assert_array_equal(compiled.distances_, jit.distances_)
-    assert (compiled.features_ != jit.features_).nnz == 0
+    np.testing.assert_array_equal(built.distances_, jit.distances_)
+    assert (built.features_ != jit.features_).nnz == 0
     # transform too (frozen vocabularies, graphs outside the fit)
     new = _graphs(fixture_root, cache_dir, name, count + 20)[count:]
     use(recording)
-    out = compiled.transform(new)
+    out = built.transform(new)
     use(None)
     np.testing.assert_array_equal(out, jit.transform(new))
 
@@ -115,17 +115,17 @@ def test_exact_distances_equal_the_jit_path_for_each_cost_method(request, name, 
     pairs = upper_pairs(12)
     recording = _Recording(extension)
     use(recording)
-    compiled = exact_distances(support, support, pairs, n_jobs=3, costs=costs, tile_size=25)
+    built = exact_distances(support, support, pairs, n_jobs=3, costs=costs, tile_size=25)
     assert "pairs_chunks" in recording.names()
     assert ("row_squares" in recording.names()) == (costs in ("lists", "scattered"))
     use(None)
-    np.testing.assert_array_equal(compiled, exact_distances(support, support, pairs, n_jobs=3, costs=costs))
+    np.testing.assert_array_equal(built, exact_distances(support, support, pairs, n_jobs=3, costs=costs))
 
 
 def test_arguments_the_extension_cannot_take_run_on_the_jit_path(extension, use):
     recording = _Recording(extension)
     use(recording)
-    kernel = _aot.ENTRIES["row_squares"]
+    kernel = compiled.ENTRIES["row_squares"]
     indptr = np.array([0, 2, 3], dtype=np.int64)
     data = np.array([3.0, 4.0, 2.0])
     np.testing.assert_array_equal(kernel(indptr, data), [25.0, 4.0])
@@ -140,26 +140,26 @@ def test_arguments_the_extension_cannot_take_run_on_the_jit_path(extension, use)
 
 def test_conforms():
     good = np.zeros((2, 3), dtype=np.int64)
-    assert _aot.conforms("i2 i", (good, 5))
-    assert not _aot.conforms("i2 i", (good.astype(np.int32), 5))
-    assert not _aot.conforms("i2 i", (np.zeros((3, 2), dtype=np.int64).T, 5))
-    assert not _aot.conforms("i1 i", (good, 5))
+    assert compiled.conforms("i2 i", (good, 5))
+    assert not compiled.conforms("i2 i", (good.astype(np.int32), 5))
+    assert not compiled.conforms("i2 i", (np.zeros((3, 2), dtype=np.int64).T, 5))
+    assert not compiled.conforms("i1 i", (good, 5))
     readonly = good.copy()
     readonly.setflags(write=False)
-    assert not _aot.conforms("i2 i", (readonly, 5))
+    assert not compiled.conforms("i2 i", (readonly, 5))
     with pytest.raises(ValueError):
-        _aot.conforms("i2 i", (good,))
+        compiled.conforms("i2 i", (good,))
 
 
 def test_mode_is_checked_and_jit_builds_nothing(monkeypatch):
-    monkeypatch.setenv(_aot.KERNELS_ENV, "fast")
+    monkeypatch.setenv(compiled.KERNELS_ENV, "fast")
     with pytest.raises(ValueError, match="MWSP_KERNELS='fast'"):
-        _aot.mode()
-    monkeypatch.setenv(_aot.KERNELS_ENV, "jit")
-    monkeypatch.setitem(_aot._state, "tried", False)
-    monkeypatch.setitem(_aot._state, "module", None)
-    monkeypatch.setattr(_aot, "_built", lambda path: pytest.fail("built in jit mode"))
-    assert _aot.module() is None
+        compiled.mode()
+    monkeypatch.setenv(compiled.KERNELS_ENV, "jit")
+    monkeypatch.setitem(compiled._state, "tried", False)
+    monkeypatch.setitem(compiled._state, "module", None)
+    monkeypatch.setattr(compiled, "_built", lambda path: pytest.fail("built in jit mode"))
+    assert compiled.extension() is None
 
 
 def test_a_failed_build_warns_and_falls_back_or_raises(monkeypatch, tmp_path):
@@ -169,33 +169,33 @@ def test_a_failed_build_warns_and_falls_back_or_raises(monkeypatch, tmp_path):
         runs.append(args)
         return subprocess.CompletedProcess(args, 1, stdout="", stderr="cc: not found\nerror: no compiler")
 
-    monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(_aot.subprocess, "run", failing)
-    marker = _aot.failed_marker(_aot.extension_path())
+    monkeypatch.setenv(compiled.KERNEL_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(compiled.subprocess, "run", failing)
+    marker = compiled.failed_marker(compiled.extension_path())
     for chosen, attempts in (("auto", 1), ("auto", 1), ("aot", 2)):
-        monkeypatch.setenv(_aot.KERNELS_ENV, chosen)
-        monkeypatch.setitem(_aot._state, "tried", False)  # as a new process
-        monkeypatch.setitem(_aot._state, "module", None)
+        monkeypatch.setenv(compiled.KERNELS_ENV, chosen)
+        monkeypatch.setitem(compiled._state, "tried", False)  # as a new process
+        monkeypatch.setitem(compiled._state, "module", None)
         if chosen == "auto":
             with pytest.warns(RuntimeWarning, match="status 1: cc: not found | error: no compiler"):
-                assert _aot.module() is None
-            assert _aot.module() is None  # decided once a process: no second attempt, no second warning
+                assert compiled.extension() is None
+            assert compiled.extension() is None  # decided once a process: no second attempt, no second warning
         else:
             with pytest.raises(RuntimeError, match="could not be built.*no compiler"):
-                _aot.module()
+                compiled.extension()
         # The failure is remembered on disk: a later auto process does not build again (its
         # warning names the file to delete); aot mode always tries again.
         assert len(runs) == attempts, chosen
         assert "no compiler" in marker.read_text()
-    monkeypatch.setitem(_aot._state, "tried", False)
-    monkeypatch.setenv(_aot.KERNELS_ENV, "auto")
+    monkeypatch.setitem(compiled._state, "tried", False)
+    monkeypatch.setenv(compiled.KERNELS_ENV, "auto")
     with pytest.warns(RuntimeWarning, match=f"earlier build failed.*delete {re.escape(str(marker))}"):
-        _aot.module()
+        compiled.extension()
 
 
 def test_a_successful_build_clears_the_failure_and_stale_scratch_and_its_child_holds_the_lock(monkeypatch, tmp_path):
     path = tmp_path / "mwsp_kernels_0123456789abcdef.so"
-    _aot.failed_marker(path).write_text("the build exited with status 1\n")
+    compiled.failed_marker(path).write_text("the build exited with status 1\n")
     left = [tmp_path / ".numba-killed", tmp_path / ".build-killed"]  # a killed build's scratch
     for folder in left:
         folder.mkdir()
@@ -207,15 +207,15 @@ def test_a_successful_build_clears_the_failure_and_stale_scratch_and_its_child_h
         Path(args[3]).write_bytes(b"built")
         return subprocess.CompletedProcess(args, 0, stdout="", stderr="")
 
-    monkeypatch.setattr(_aot.subprocess, "run", building)
-    assert _aot._built(path, retry_failed=True) == path
-    assert not _aot.failed_marker(path).exists()
+    monkeypatch.setattr(compiled.subprocess, "run", building)
+    assert compiled._built(path, retry_failed=True) == path
+    assert not compiled.failed_marker(path).exists()
     assert not any(folder.exists() for folder in left)
     # The child is handed the locked file, so a build outlives a killed caller under the lock.
     (handed,) = seen["handed"]
     lock = (tmp_path / ".lock").stat()
     assert (handed.st_dev, handed.st_ino) == (lock.st_dev, lock.st_ino)
-    assert Path(seen["cwd"]) == Path(_aot.__file__).resolve().parent.parent
+    assert Path(seen["cwd"]) == Path(compiled.__file__).resolve().parent.parent
 
 
 def test_the_build_child_compiles_the_callers_package_from_any_folder(monkeypatch, tmp_path):
@@ -224,11 +224,11 @@ def test_the_build_child_compiles_the_callers_package_from_any_folder(monkeypatc
     fake = tmp_path / "elsewhere" / "mwsp_torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "_aot.py").write_text("print('FAKE COPY BUILT')\n")
+    (fake / "compiled.py").write_text("print('FAKE COPY BUILT')\n")
     monkeypatch.chdir(fake.parent)
-    real_name = _aot.extension_path().name
+    real_name = compiled.extension_path().name
     wrong_name = re.sub(r"_[0-9a-f]{16}", "_0000000000000000", real_name)
-    argv, cwd, env = _aot.build_command(tmp_path / wrong_name, str(tmp_path / "numba"))
+    argv, cwd, env = compiled.build_command(tmp_path / wrong_name, str(tmp_path / "numba"))
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert "FAKE" not in done.stdout
     assert done.returncode != 0
@@ -242,29 +242,29 @@ def test_the_build_child_compiles_the_callers_package_from_any_folder(monkeypatc
 def test_the_build_child_drops_the_callers_numba_settings(monkeypatch, tmp_path):
     monkeypatch.setenv("NUMBA_OPT", "0")
     monkeypatch.setenv("NUMBA_BOUNDSCHECK", "1")
-    _, _, env = _aot.build_command(tmp_path / "x.so", "scratch-cache")
+    _, _, env = compiled.build_command(tmp_path / "x.so", "scratch-cache")
     assert {name for name in env if name.startswith("NUMBA_")} == {"NUMBA_CACHE_DIR"}
-    assert env["NUMBA_CACHE_DIR"] == "scratch-cache" and env[_aot.KERNELS_ENV] == "jit"
+    assert env["NUMBA_CACHE_DIR"] == "scratch-cache" and env[compiled.KERNELS_ENV] == "jit"
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
 def test_a_process_forked_during_a_build_does_not_wait_for_ever():
-    with _aot._lock:  # as if another thread were building
+    with compiled._lock:  # as if another thread were building
         pid = os.fork()
         if pid == 0:  # the child: the lock it inherited held must not block it
-            os._exit(0 if _aot._lock.acquire(timeout=5) else 1)
+            os._exit(0 if compiled._lock.acquire(timeout=5) else 1)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_build_key_names_file_boundaries_and_numpy(tmp_path, monkeypatch):
-    monkeypatch.setattr(_aot, "__file__", str(tmp_path / "_aot.py"))
-    monkeypatch.setattr(_aot, "SOURCE_MODULES", ("a", "b"))
+    monkeypatch.setattr(compiled, "__file__", str(tmp_path / "compiled.py"))
+    monkeypatch.setattr(compiled, "SOURCE_MODULES", ("a", "b"))
 
     def key(a: bytes, b: bytes) -> str:
         (tmp_path / "a.py").write_bytes(a)
         (tmp_path / "b.py").write_bytes(b)
-        return _aot.build_key()
+        return compiled.build_key()
 
     assert key(b"xy", b"") != key(b"x", b"y")  # the same bytes back to back, moved across files
     first = key(b"x", b"y")
@@ -273,75 +273,75 @@ def test_build_key_names_file_boundaries_and_numpy(tmp_path, monkeypatch):
 
 
 def test_build_key_follows_every_source_module(tmp_path, monkeypatch):
-    package = Path(_aot.__file__).parent
-    for name in _aot.SOURCE_MODULES:
-        (tmp_path / _aot.source_file(name)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(package / _aot.source_file(name), tmp_path / _aot.source_file(name))
-    monkeypatch.setattr(_aot, "__file__", str(tmp_path / "_aot.py"))
-    first = _aot.build_key()
-    assert first == _aot.build_key()
-    for name in _aot.SOURCE_MODULES:
-        path = tmp_path / _aot.source_file(name)
+    package = Path(compiled.__file__).parent
+    for name in compiled.SOURCE_MODULES:
+        (tmp_path / compiled.source_file(name)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(package / compiled.source_file(name), tmp_path / compiled.source_file(name))
+    monkeypatch.setattr(compiled, "__file__", str(tmp_path / "compiled.py"))
+    first = compiled.build_key()
+    assert first == compiled.build_key()
+    for name in compiled.SOURCE_MODULES:
+        path = tmp_path / compiled.source_file(name)
         original = path.read_bytes()
         path.write_bytes(original + b"\n")
-        assert _aot.build_key() != first, name
+        assert compiled.build_key() != first, name
         path.write_bytes(original)
-    assert _aot.build_key() == first
+    assert compiled.build_key() == first
 
 
 def test_source_modules_are_every_module_with_numba_kernels():
     # A module of numba CPU functions or intrinsics is either compiled into the extension (its
-    # source names the build) or deliberately outside it: numba's set-up itself, and the
+    # source names the build) or deliberately outside it: the
     # protocols' SVM solver (svm), whose calls run for seconds to hours, so numba's per-process
     # set-up is no share of them, and template pooling's dense transport (nn.pooling,
     # transport.dense), which a training run calls thousands of times in one process and which
     # numba's disk cache serves after the first. (The thread engine's kernels are made inside a
     # function, for the CPU or CUDA, and stay on numba's JIT.)
-    package = Path(_aot.__file__).parent
+    package = Path(compiled.__file__).parent
     with_numba = {
         ".".join(path.relative_to(package).with_suffix("").parts)
         for path in package.rglob("*.py")
         if re.search(r"^@(njit|intrinsic)", path.read_text(), re.M)
     }
-    outside = {"_numba_setup", "svm", "nn.pooling", "transport.dense"}
-    assert with_numba == (set(_aot.SOURCE_MODULES) - {"_aot"}) | outside
+    outside = {"svm", "nn.pooling", "transport.dense"}
+    assert with_numba == set(compiled.SOURCE_MODULES) | outside
     # Every entry point is registered from one of them (entry() refuses others), and every
     # one the fit calls is registered once the package is imported.
-    assert {kernel.module for kernel in _aot.ENTRIES.values()} <= set(_aot.SOURCE_MODULES)
-    assert set(_aot.ENTRIES) == {
+    assert {kernel.module for kernel in compiled.ENTRIES.values()} <= set(compiled.SOURCE_MODULES)
+    assert set(compiled.ENTRIES) == {
         "label_ids", "tree_ids", "path_features", "intern_rows", "intern_sparse_rows", "row_squares", "table_part",
         "mirror_part", "pairs_chunks",
     }  # fmt: skip
 
 
 def test_entry_points_are_declared_once_from_a_source_module(monkeypatch):
-    monkeypatch.setattr(_aot, "ENTRIES", dict(_aot.ENTRIES))
-    known = _aot.ENTRIES["row_squares"]
-    assert _aot.entry("row_squares", known.codes, known.returns)(known.jit_function).module == "transport.costs"
+    monkeypatch.setattr(compiled, "ENTRIES", dict(compiled.ENTRIES))
+    known = compiled.ENTRIES["row_squares"]
+    assert compiled.kernel("row_squares", known.codes, known.returns)(known.jit_function).module == "transport.costs"
     with pytest.raises(ValueError, match="declared twice"):
-        _aot.entry("row_squares", "i1 f1", "float64[::1]")(_aot.ENTRIES["intern_rows"].jit_function)
+        compiled.kernel("row_squares", "i1 f1", "float64[::1]")(compiled.ENTRIES["intern_rows"].jit_function)
     with pytest.raises(ValueError, match="unknown argument codes"):
-        _aot.entry("other", "i1 x", "void")(known.jit_function)
-    monkeypatch.setattr(_aot, "SOURCE_MODULES", tuple(set(_aot.SOURCE_MODULES) - {"transport.costs"}))
+        compiled.kernel("other", "i1 x", "void")(known.jit_function)
+    monkeypatch.setattr(compiled, "SOURCE_MODULES", tuple(set(compiled.SOURCE_MODULES) - {"transport.costs"}))
     with pytest.raises(ValueError, match="not in SOURCE_MODULES"):
-        _aot.entry("other", "i1 f1", "float64[::1]")(known.jit_function)
+        compiled.kernel("other", "i1 f1", "float64[::1]")(known.jit_function)
 
 
 def test_a_fresh_process_fits_without_numba_dispatching(fixture_root, cache_dir, extension):
     """The point of the extension: a process's first fit calls no numba function, so it pays
     none of numba's set-up (``numba_ready`` never runs)."""
     script = f"""
-import mwsp_torch._numba_setup as setup
+import mwsp_torch.compiled as setup
 from mwsp_torch import MWSP, load_tudataset
 graphs, _ = load_tudataset("MUTAG", root={str(fixture_root)!r}, cache_dir={str(cache_dir)!r})
 MWSP(d=2, k=1).fit(graphs[:40])
 print("numba ready:", setup._ready)
 """
-    env = {**os.environ, _aot.KERNEL_DIR_ENV: str(_aot.kernel_dir()), _aot.KERNELS_ENV: "aot"}
+    env = {**os.environ, compiled.KERNEL_DIR_ENV: str(compiled.kernel_dir()), compiled.KERNELS_ENV: "aot"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "numba ready: False" in done.stdout
-    env[_aot.KERNELS_ENV] = "jit"
+    env[compiled.KERNELS_ENV] = "jit"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "numba ready: True" in done.stdout
@@ -349,11 +349,11 @@ print("numba ready:", setup._ready)
 
 _NEGATIVE_INDEX_AUDIT = """
 import numpy as np
-from mwsp_torch import MWSP, _aot, load_tudataset
+from mwsp_torch import MWSP, compiled, load_tudataset
 from mwsp_torch.transport.exact import transport_cost
 from mwsp_torch.transport import exact_distances, upper_pairs
 
-_aot._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
+compiled._index_without_wraparound()  # as the build lowers the kernels; NUMBA_BOUNDSCHECK=1 is set
 root, cache = {root!r}, {cache!r}
 for name, count, d, k in {fits!r}:
     graphs, _ = load_tudataset(name, root=root, cache_dir=cache)
@@ -389,14 +389,14 @@ print("audited")
 @pytest.mark.slow  # compiles every kernel anew, with bounds checks, in a child process
 def test_the_kernels_never_index_with_a_negative_number(request, root, fits, costs_name, cache_dir, tmp_path):
     """The build lowers the kernels' indexing without numba's wraparound of a negative index
-    (:func:`mwsp_torch._aot._index_without_wraparound`), which is sound only if no kernel
+    (:func:`mwsp_torch.compiled._index_without_wraparound`), which is sound only if no kernel
     ever indexes with one. Here they run (numba's JIT, a fresh cache) with that lowering and
     numba's bounds checks, under which a negative index is an IndexError: fits and transforms
     of the fixtures' datasets, each cost method (on DD's large graphs where the full data is),
     and the solver on its own."""
     root = request.getfixturevalue(root)
     script = _NEGATIVE_INDEX_AUDIT.format(root=str(root), cache=str(cache_dir), fits=fits, costs_name=costs_name)
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path), _aot.KERNELS_ENV: "jit"}
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path), compiled.KERNELS_ENV: "jit"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1200)
     assert done.returncode == 0 and done.stdout.split()[-1:] == ["audited"], done.stderr[-3000:]
 
@@ -406,9 +406,9 @@ def test_only_this_package_loses_the_wraparound(tmp_path):
     the package's functions carry the name prefix that the build's lowering looks for."""
     script = """
 import numba, numpy as np
-from mwsp_torch import _aot
+from mwsp_torch import compiled
 from mwsp_torch.transport.exact import cost_width
-_aot._index_without_wraparound()
+compiled._index_without_wraparound()
 
 @numba.njit
 def last(a, i):
@@ -417,9 +417,9 @@ def last(a, i):
 print(last(np.arange(5.0), -1))
 cost_width(7)
 names = [result.fndesc.mangled_name for result in cost_width.overloads.values()]
-print(all(name.startswith(_aot.OWN_FUNCTION_PREFIX) for name in names) and len(names) == 1)
+print(all(name.startswith(compiled.OWN_FUNCTION_PREFIX) for name in names) and len(names) == 1)
 """
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), _aot.KERNELS_ENV: "jit"}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), compiled.KERNELS_ENV: "jit"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["4.0", "True"]
@@ -428,19 +428,19 @@ print(all(name.startswith(_aot.OWN_FUNCTION_PREFIX) for name in names) and len(n
 def test_the_kernels_live_in_one_folder_per_user_and_machine_whatever_the_cache_folder(monkeypatch, tmp_path):
     """Not under ``$MWSP_CACHE_DIR``: a new cache folder (a CI run, a project of its own) finds
     the kernels built before; a folder per Python and numba version beside the key in the name."""
-    monkeypatch.delenv(_aot.KERNEL_DIR_ENV, raising=False)
+    monkeypatch.delenv(compiled.KERNEL_DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     paths = set()
     for cache in ("one", "two"):
         monkeypatch.setenv("MWSP_CACHE_DIR", str(tmp_path / cache))
-        paths.add(_aot.extension_path())
+        paths.add(compiled.extension_path())
     (path,) = paths
     import numba
 
     folder = f"cp{sys.version_info.major}{sys.version_info.minor}-numba{numba.__version__}"
     assert path.parent == tmp_path / "user-cache" / "mwsp_torch" / "kernels" / folder
-    monkeypatch.setenv(_aot.KERNEL_DIR_ENV, str(tmp_path / "mine"))
-    assert _aot.extension_path().parent == tmp_path / "mine"
+    monkeypatch.setenv(compiled.KERNEL_DIR_ENV, str(tmp_path / "mine"))
+    assert compiled.extension_path().parent == tmp_path / "mine"
 
 
 def test_a_second_cache_folder_does_not_rebuild_the_kernels(fixture_root, tmp_path):
@@ -448,14 +448,14 @@ def test_a_second_cache_folder_does_not_rebuild_the_kernels(fixture_root, tmp_pa
     the second builds nothing (the first builds only where this machine has no kernels yet)."""
     script = f"""
 import sys
-from mwsp_torch import MWSP, _aot, load_tudataset
+from mwsp_torch import MWSP, compiled, load_tudataset
 graphs, _ = load_tudataset("MUTAG", root={str(fixture_root)!r})
 MWSP(d=2, k=0, n_jobs=1).fit(graphs[:10])
-path = _aot.extension_path()
+path = compiled.extension_path()
 print("extension:", path, path.stat().st_mtime_ns)
 """
-    env = {name: value for name, value in os.environ.items() if name != _aot.KERNEL_DIR_ENV}
-    env[_aot.KERNELS_ENV] = "aot"
+    env = {name: value for name, value in os.environ.items() if name != compiled.KERNEL_DIR_ENV}
+    env[compiled.KERNELS_ENV] = "aot"
     seen = []
     for cache in ("first", "second"):
         env["MWSP_CACHE_DIR"] = str(tmp_path / cache)

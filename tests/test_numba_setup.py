@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from mwsp_torch import _numba_setup
+from mwsp_torch import compiled
 
 
 @pytest.fixture
 def fresh(monkeypatch):
     """The module as in a new process, its first dispatch recording the collector's state."""
     seen = []
-    monkeypatch.setattr(_numba_setup, "_ready", False)
-    monkeypatch.setattr(_numba_setup, "_first_dispatch", lambda: seen.append(gc.isenabled()))
+    monkeypatch.setattr(compiled, "_ready", False)
+    monkeypatch.setattr(compiled, "_first_dispatch", lambda: seen.append(gc.isenabled()))
     enabled = gc.isenabled()
     yield seen
     if enabled:
@@ -34,14 +34,14 @@ def test_collector_paused_during_set_up_and_restored(fresh, enabled):
         gc.enable()
     else:
         gc.disable()
-    _numba_setup.numba_ready()
+    compiled.numba_ready()
     assert fresh == [False]
     assert gc.isenabled() is enabled
 
 
 def test_set_up_runs_once(fresh):
-    _numba_setup.numba_ready()
-    _numba_setup.numba_ready()
+    compiled.numba_ready()
+    compiled.numba_ready()
     assert fresh == [False]
 
 
@@ -51,34 +51,34 @@ def test_failed_set_up_restores_the_collector_and_is_retried(fresh, monkeypatch)
     def fail():
         raise RuntimeError("no numba")
 
-    monkeypatch.setattr(_numba_setup, "_first_dispatch", fail)
+    monkeypatch.setattr(compiled, "_first_dispatch", fail)
     with pytest.raises(RuntimeError, match="no numba"):
-        _numba_setup.numba_ready()
+        compiled.numba_ready()
     assert gc.isenabled()
-    assert not _numba_setup._ready
+    assert not compiled._ready
 
 
 def test_real_first_dispatch_runs():
     # The compiled function itself (not a stand-in): numba must load or compile it.
-    assert _numba_setup._first_dispatch() == 0
-    _numba_setup.numba_ready()
-    assert _numba_setup._ready
+    assert compiled._first_dispatch() == 0
+    compiled.numba_ready()
+    assert compiled._ready
 
 
 def test_child_forked_during_the_pause_gets_its_collector_and_lock_back(monkeypatch):
     # What a child inherits when another thread forks in the middle of the set-up.
     enabled = gc.isenabled()
-    held = _numba_setup.threading.Lock()
+    held = compiled.threading.Lock()
     held.acquire()
-    monkeypatch.setattr(_numba_setup, "_lock", held)
-    monkeypatch.setattr(_numba_setup, "_paused_from", True)
+    monkeypatch.setattr(compiled, "_setup_lock", held)
+    monkeypatch.setattr(compiled, "_paused_from", True)
     gc.disable()
     try:
-        _numba_setup._after_fork_in_child()
+        compiled._after_fork_in_child()
         assert gc.isenabled()
-        assert _numba_setup._paused_from is None
-        assert _numba_setup._lock.acquire(blocking=False)
-        _numba_setup._lock.release()
+        assert compiled._paused_from is None
+        assert compiled._setup_lock.acquire(blocking=False)
+        compiled._setup_lock.release()
     finally:
         if enabled:
             gc.enable()
@@ -88,7 +88,7 @@ def test_child_forked_during_the_pause_gets_its_collector_and_lock_back(monkeypa
 
 FORKED = """
 import gc, os
-from mwsp_torch import _numba_setup as s
+from mwsp_torch import compiled as s
 s._lock.acquire()
 s._paused_from = True
 gc.disable()

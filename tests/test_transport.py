@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba.core.errors import TypingError
 
-from mwsp_torch import MWSP, _aot, make_csl
+from mwsp_torch import MWSP, compiled, make_csl
 from mwsp_torch.transport import (
     Exact,
     Sinkhorn,
@@ -307,7 +307,7 @@ def test_runs_of_pairs_are_handed_out_each_once(num_pairs, threads, monkeypatch)
         out_run[out_run != -1.0] = np.nan  # a pair written twice shows
         out_run[out_run == -1.0] = run[:, 0] / 2
 
-    monkeypatch.setattr(_aot, "module", lambda: None)  # no build needed: the pool alone
+    monkeypatch.setattr(compiled, "extension", lambda: None)  # no build needed: the pool alone
     workers = ExactWorkers(threads, ())
     workers.extension = object()  # the thread pool, as with the extension built
     with workers:
@@ -327,7 +327,7 @@ def test_a_failing_chunk_is_raised_to_the_caller(monkeypatch):
         if run[0, 0] == 3 * PAIR_CHUNK:
             raise ValueError("a run failed")
 
-    monkeypatch.setattr(_aot, "module", lambda: None)
+    monkeypatch.setattr(compiled, "extension", lambda: None)
     workers = ExactWorkers(2, ())
     workers.extension = object()
     pairs = np.zeros((8 * PAIR_CHUNK, 2), dtype=np.int64)

@@ -18,16 +18,16 @@ export PYTHONPATH="/tmp/site:$PWD" KEOPS_VERBOSE=0 PYTHONUNBUFFERED=1
 [ -f /tmp/site/sitecustomize.py ] || printf '%s\n' 'import numpy' 'if not hasattr(numpy, "row_stack"):' \
     '    numpy.row_stack = numpy.vstack' >/tmp/site/sitecustomize.py
 export MWSP_DATA_ROOT=/tmp/tudatasets MWSP_CACHE_DIR=/tmp/mwsp_cache
-# The CPU kernels are compiled ahead of time on first use (mwsp_torch/_aot.py, about a minute),
+# The CPU kernels are compiled ahead of time on first use (mwsp_torch/compiled.py, about a minute),
 # which needs the C compiler Python was built with. Where the image has none, numba's JIT runs
-# them (the same values) and tests/test_aot.py, which requires the build, is left out.
+# them (the same values) and tests/test_compiled.py, which requires the build, is left out.
 aot_skip=()
 if python3 -c 'import shutil, sys, sysconfig; sys.exit(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None)'; then
     export MWSP_KERNELS=aot
 else
     export MWSP_KERNELS=jit
-    aot_skip=(--ignore=tests/test_aot.py)
-    echo "no C compiler on this image: MWSP_KERNELS=jit, tests/test_aot.py left out"
+    aot_skip=(--ignore=tests/test_compiled.py)
+    echo "no C compiler on this image: MWSP_KERNELS=jit, tests/test_compiled.py left out"
 fi
 mkdir -p "$MWSP_DATA_ROOT" && tar -C "$MWSP_DATA_ROOT" -xJf "$carry/tudatasets.tar.xz" || return 1
 OUT=${OUT:-/tmp/out}

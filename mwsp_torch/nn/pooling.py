@@ -30,7 +30,7 @@ from numba import njit
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mwsp_torch._numba_setup import numba_ready
+from mwsp_torch.compiled import numba_ready
 from mwsp_torch.transport.dense import dense_exact_transport
 
 #: A squared distance from the Gram product under this share of the squared norms it came

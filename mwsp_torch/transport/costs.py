@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
-from mwsp_torch import _aot
+from mwsp_torch.compiled import kernel
 
 __all__ = [
     "BUFFER_MAX_COLUMNS",
@@ -261,7 +261,7 @@ def row_squares(indptr, data):
     return out
 
 
-_row_squares_kernel = _aot.entry("row_squares", "i1 f1", "float64[::1]")(row_squares)
+_row_squares_kernel = kernel("row_squares", "i1 f1", "float64[::1]")(row_squares)
 
 
 @njit(cache=True, nogil=True)
@@ -319,8 +319,8 @@ def _mirror_part(out, first, step):
 
 
 # Called through the extension by the exact engine's threads (its ``table``).
-_aot.entry("table_part", "i1 i1 f1 f2 i i", "void")(_table_part)
-_aot.entry("mirror_part", "f2 i i", "void")(_mirror_part)
+kernel("table_part", "i1 i1 f1 f2 i i", "void")(_table_part)
+kernel("mirror_part", "f2 i i", "void")(_mirror_part)
 
 
 def column_method(indptr: np.ndarray, indices: np.ndarray, num_columns: int) -> str:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from mwsp_torch._numba_setup import numba_ready
+from mwsp_torch.compiled import numba_ready
 from mwsp_torch.transport._simplex import (
     FULL_PRICING_MAX_ARCS,
     MASK_MAX_NODES,

@@ -87,6 +87,6 @@ def build_cpu_kernels() -> None:
     starts, and the command line before its progress bars, so the build's minute is
     never counted as the features' time. A build that fails falls back to numba's JIT with
     a warning (``MWSP_KERNELS`` decides; see ``docs/engines.md``)."""
-    from mwsp_torch import _aot
+    from mwsp_torch.compiled import extension
 
-    _aot.module()
+    extension()

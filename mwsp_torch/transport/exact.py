@@ -5,7 +5,7 @@ ground costs gathered (:mod:`mwsp_torch.transport.costs`), and the transportatio
 left solved by a compiled transportation simplex (:mod:`mwsp_torch.transport._simplex`: exact
 integer flows, float64 costs). Pairs run in tiles, which can be checkpointed
 (:mod:`mwsp_torch.transport.store`); within a tile, threads take runs of consecutive
-pairs: a thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`),
+pairs: a thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch.compiled`),
 or numba's ``prange`` loop on the JIT path. A pair's value depends neither on its thread
 nor on the path. POT's network simplex (:func:`pot_distances`) is the reference it is
 tested against (``tests/test_transport.py``, 1e-9 relative).
@@ -22,8 +22,8 @@ from contextlib import contextmanager
 import numpy as np
 from numba import njit, prange
 
-from mwsp_torch import _aot
-from mwsp_torch._numba_setup import numba_ready
+from mwsp_torch import compiled
+from mwsp_torch.compiled import kernel, numba_ready
 from mwsp_torch.transport._borrow import borrowed, borrowed_run, release
 
 # One problem, solved exactly: public here for callers (and tests) of a single transport.
@@ -144,7 +144,7 @@ def _pairs_chunks(
 ):  # fmt: skip
     """Chunks ``first, first + step, ...`` of :func:`_pairs_kernel`, each with its own zeroed
     buffers, in this thread: :func:`_pairs_kernel` and the ahead-of-time compiled engine
-    (:mod:`mwsp_torch._aot`, :meth:`ExactWorkers.each_chunk`) call it for one chunk."""
+    (:mod:`mwsp_torch.compiled`, :meth:`ExactWorkers.each_chunk`) call it for one chunk."""
     num_pairs = pairs.shape[0]
     num_blocks = (num_pairs + PAIR_BLOCK - 1) // PAIR_BLOCK
     num_chunks = (num_pairs + PAIR_CHUNK - 1) // PAIR_CHUNK
@@ -186,7 +186,7 @@ def _pairs_chunks(
 
 
 _PAIRS_CHUNKS_CODES = "i2 i1 i1 i1 i1 i1 i1 i1 i1 i1 i1 f1 f2 f1 i i f1 i i"
-_pairs_chunks_kernel = _aot.entry("pairs_chunks", _PAIRS_CHUNKS_CODES, "void")(_pairs_chunks)
+_pairs_chunks_kernel = kernel("pairs_chunks", _PAIRS_CHUNKS_CODES, "void")(_pairs_chunks)
 
 
 @njit(cache=True, nogil=True)
@@ -286,15 +286,15 @@ def exact_distances(
 
 class ExactWorkers:
     """The threads of :func:`exact_distances`: numba's, for its ``prange`` kernels, or a
-    thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch._aot`) once
+    thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch.compiled`) once
     per chunk of pairs (:meth:`each_chunk`); a pair's value is the same either way."""
 
     def __init__(self, n_jobs: int, arrays: tuple) -> None:
         self.n_jobs = n_jobs
-        extension = _aot.module()
+        extension = compiled.extension()
         # ``arrays`` are the leading arguments of the pairs' entry point; the rest are scalars and ``out``.
         codes = " ".join(_pairs_chunks_kernel.codes.split()[: len(arrays)])
-        self.extension = extension if extension is not None and _aot.conforms(codes, arrays) else None
+        self.extension = extension if extension is not None and compiled.conforms(codes, arrays) else None
         self.count = resolve_n_jobs(n_jobs)
         self._context = None
         self._pool = None

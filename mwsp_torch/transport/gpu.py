@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mwsp_torch._checks import is_integer
-from mwsp_torch._numba_setup import numba_ready
+from mwsp_torch.compiled import numba_ready
 from mwsp_torch.transport.costs import (
     distance_table_bytes,
     row_distance_table,

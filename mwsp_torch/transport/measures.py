@@ -20,8 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from mwsp_torch import _aot
 from mwsp_torch._interning import Vocabulary, intern_pair
+from mwsp_torch.compiled import kernel
 
 __all__ = [
     "RowVocabulary",
@@ -115,7 +115,7 @@ def _intern_sparse_rows(indptr, indices, data, chain_frozen, chain_fresh, chain_
     return out, chain_fresh, fresh
 
 
-_intern_sparse_rows_kernel = _aot.entry(
+_intern_sparse_rows_kernel = kernel(
     "intern_sparse_rows", "i1 i1 f1 i1 i1 i i1 i1 i", "Tuple((int64[::1], int64[::1], int64[::1]))"
 )(_intern_sparse_rows)
 
