@@ -37,7 +37,7 @@ PARAMETERS: dict[str, tuple[str, object]] = {
     "beta": ("positive", None),
     "num_node_attributes": ("integer or None", 0),
     "solver": ("choice", ("exact", "sinkhorn")),
-    "engine": ("choice", ("auto", "compiled", "batched", "thread")),
+    "engine": ("choice", ("auto", "compiled", "thread")),
     "blur": ("positive", None),
     "scaling": ("fraction", None),
     "backend": ("choice", ("auto", "fused", "triton", "tensorized", "online")),

@@ -133,7 +133,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         "--device",
         default="cpu",
         help="torch device, cpu (default) or cuda[:N]: where Sinkhorn runs, and the exact solver with "
-        "--exact-engine auto, thread or batched",
+        "--exact-engine auto or thread",
     )
     parser.add_argument(
         "--exact-engine",
@@ -141,8 +141,7 @@ def _common(parser: argparse.ArgumentParser, many: bool) -> None:
         default=None,
         help="auto (default: thread on a CUDA --device that torch and numba can use, else compiled), "
         "compiled (the CPU engine, --n-jobs threads), thread (one pair per CUDA thread on --device; "
-        "on --device cpu the same solver built for the CPU, slower than compiled) "
-        "or batched (the torch batched simplex on --device)",
+        "on --device cpu the same solver built for the CPU, slower than compiled)",
     )
     parser.add_argument(
         "--n-jobs",

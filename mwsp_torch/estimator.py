@@ -95,8 +95,8 @@ class MWSP(TransformerMixin, BaseEstimator):
             ``"sinkhorn"`` for :class:`~mwsp_torch.transport.Sinkhorn` ``()``, an approximation
             with its ``blur``, ``scaling``, ``backend`` and ``check_pairs`` (whose measured error
             ``fit`` reports). Their options are nested parameters (``solver__blur``).
-        device (str): torch device (default ``"cpu"``) of Sinkhorn and of the thread and
-            batched exact engines (the compiled engine runs on the CPU).
+        device (str): torch device (default ``"cpu"``) of Sinkhorn and of the thread exact
+            engine (the compiled engine runs on the CPU).
         n_jobs (int): CPU threads of the exact engines, ``-1`` for all cores (default ``-1``:
             like torch's own operations, and unlike scikit-learn's ``None``, a fit uses every
             core unless told otherwise; W does not depend on it). Inside a joblib worker process,
@@ -130,7 +130,7 @@ class MWSP(TransformerMixin, BaseEstimator):
             :func:`~mwsp_torch.transport.engines.build_cpu_kernels`), how many distinct
             measures (graphs up to an equal node-row distribution) and pairs the transport
             solved, and the ``engine`` that solved them (``"compiled"``, ``"thread"``,
-            ``"batched"``, ``"sinkhorn"``, or ``"dask"`` with a ``client``); with a
+            ``"sinkhorn"``, or ``"dask"`` with a ``client``); with a
             ``checkpoint``, ``pairs_from_checkpoint`` (``transport`` then timed only the rest);
             with Sinkhorn, also ``sinkhorn_check`` (seconds), ``sinkhorn_check_pairs`` and
             ``sinkhorn_error_``'s three figures.

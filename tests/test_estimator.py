@@ -506,7 +506,7 @@ def test_device_is_checked_before_any_work(monkeypatch):
     with pytest.raises(ValueError, match="device must be"):
         MWSP(device="bogus").fit(datas(TRAIN))  # parsed even where unused
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for options in ({"solver": "sinkhorn"}, {"solver": Exact(engine="batched")}):
+    for options in ({"solver": "sinkhorn"},):
         with pytest.raises(ValueError, match="torch sees no CUDA device"):
             MWSP(device="cuda", **options).fit(datas(TRAIN))
     # The compiled engine runs on the CPU whatever device says; the default ("auto") falls

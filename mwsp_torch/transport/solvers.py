@@ -34,7 +34,7 @@ from mwsp_torch.transport.engines import (
     numba_cuda_available,
 )
 from mwsp_torch.transport.exact import exact_distances
-from mwsp_torch.transport.gpu import batched_exact_distances, thread_exact_distances
+from mwsp_torch.transport.gpu import BATCHED_REMOVED, thread_exact_distances
 from mwsp_torch.transport.measures import SupportSet
 from mwsp_torch.transport.sinkhorn import sinkhorn_diameter, sinkhorn_distances
 from mwsp_torch.transport.store import checkpoint_directory
@@ -61,6 +61,8 @@ class _Options:
     def validate(self) -> None:
         """Refuse an option outside what it takes (a :class:`~mwsp_torch._checks.ParameterError`
         naming it)."""
+        if getattr(self, "engine", None) == "batched":
+            raise ParameterError("engine", f"'batched': {BATCHED_REMOVED}")
         for name, value in self.get_params().items():
             check_parameter(name, value)
 
@@ -82,8 +84,8 @@ class Exact(_Options):
               (:func:`~mwsp_torch.transport.thread_exact_distances`); pairs whose supports hold
               more than 63 points go to the compiled engine on the host meanwhile. On
               ``device="cpu"``, the same solver compiled for the CPU (how it is tested).
-            - ``"batched"``: the torch batched simplex on ``device``
-              (:func:`~mwsp_torch.transport.batched_exact_distances`), for small graphs.
+
+            ``"batched"`` (the torch batched simplex) was removed: naming it raises.
 
     Why each engine stays, and how fast each is: ``docs/engines.md``, ``docs/performance.md``.
     """
@@ -258,7 +260,7 @@ def distances(
         pairs (np.ndarray): ``[m, 2]`` integer pairs of graph indices.
         solver (str, Exact or Sinkhorn): ``"exact"`` (``Exact()``, the default), ``"sinkhorn"``
             (``Sinkhorn()``) or an options object.
-        device (str): torch device of Sinkhorn and of the thread and batched exact engines
+        device (str): torch device of Sinkhorn and of the thread exact engine
             (default ``"cpu"``; the compiled engine runs on the CPU whatever it says).
         n_jobs (int): CPU threads of the exact engines, ``-1`` for every core (default ``-1``;
             W does not depend on it).
@@ -269,7 +271,7 @@ def distances(
             (default ``None``: this process).
         progress (callable, optional): called with a number of pairs done, as they are done.
         stats (dict, optional): gets ``engine``, the engine that ran (``"compiled"``,
-            ``"thread"``, ``"batched"``, ``"sinkhorn"`` or ``"dask"``), and with a checkpoint
+            ``"thread"``, ``"sinkhorn"`` or ``"dask"``), and with a checkpoint
             ``pairs_from_checkpoint``.
 
     Returns:
@@ -292,8 +294,6 @@ def distances(
     engine = engine_for(options, device, left.rows.shape[0], checkpoint, client)
     if stats is not None:
         stats["engine"] = engine
-    if engine == "batched":
-        return batched_exact_distances(left, right, pairs, device=device, progress=progress)
     if engine == "thread":
         return thread_exact_distances(
             left, right, pairs, device=device, n_jobs=n_jobs, table_bytes=THREAD_TABLE_BYTES, progress=progress
