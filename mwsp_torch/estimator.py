@@ -7,33 +7,24 @@ path representations, distinct node rows) and the training distances;
 tables, so the fitted state never changes.
 
 W depends on neither ``lam`` nor an SVM's ``C``, so a search over them needs it once per
-training fold. The clones of one estimator (what ``GridSearchCV`` fits, one per candidate and
-fold) share an in-process cache of their fits and transforms, keyed by the graphs' content and
-every parameter but ``lam``, ``n_jobs`` and ``progress`` (:data:`FIT_CACHE_ENV` bounds it).
-Inside a joblib worker process, ``n_jobs=-1`` means the worker's share of the cores (what joblib
-gives its inner thread pools), not every core: a search's workers do not start threads for all
-cores each.
+training fold: the clones of one estimator share their fits and transforms through
+:mod:`mwsp_torch.fit_cache`. Inside a joblib worker process, ``n_jobs=-1`` means the worker's
+share of the cores (what joblib gives its inner thread pools), not every core.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
-import os
-import sys
-import threading
 import time
 import uuid
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
-from tqdm.auto import tqdm
 
 from mwsp_torch._checks import check_parameter
 from mwsp_torch._interning import Vocabulary
@@ -45,14 +36,24 @@ from mwsp_torch.attributes import (
     standardisation,
     with_attributes,
 )
+from mwsp_torch.fit_cache import (
+    FIT_CACHE,
+    NOT_IN_KEY,
+    graphs_digest,
+    joblib_worker_threads,
+    nbytes,
+)
 from mwsp_torch.graphs import as_graph_list
 from mwsp_torch.kernel import laplacian_kernel
 from mwsp_torch.labels import LabelScheme, to_graph_set
 from mwsp_torch.paths import node_feature_maps
+from mwsp_torch.progress import ProgressBar
 from mwsp_torch.transport import Exact, RowVocabulary, Sinkhorn, SupportSet, collapse, distances, upper_pairs
 from mwsp_torch.transport.engines import SinkhornOnCPUWarning, build_cpu_kernels
 from mwsp_torch.transport.solvers import check_execution, solver_options
 from mwsp_torch.trees import tree_ids
+
+__all__ = ["MWSP", "NodeRows"]
 
 
 class MWSP(TransformerMixin, BaseEstimator):
@@ -153,7 +154,7 @@ class MWSP(TransformerMixin, BaseEstimator):
     computing W again (``timings_["from_cache"]`` is then ``True``), and likewise ``transform``
     on the same graphs. Not with a ``checkpoint`` or a ``client``. The cache is in-process,
     least recently used first out, bounded by ``$MWSP_FIT_CACHE_MB`` (default 512 MiB; ``0``
-    turns it off); :func:`clear_fit_cache` empties it.
+    turns it off); :func:`mwsp_torch.fit_cache.clear_fit_cache` empties it.
 
     Sinkhorn pays on a GPU; on a CPU the exact solver is both faster and exact, so ``fit``
     warns there (:class:`~mwsp_torch.transport.engines.SinkhornOnCPUWarning`). How fast each
@@ -436,7 +437,7 @@ class MWSP(TransformerMixin, BaseEstimator):
         _check_targets(graphs, y)
         key = self._fit_key(graphs)
         if key is not None:
-            cached = _FIT_CACHE.get(key)
+            cached = FIT_CACHE.get(key)
             if cached is not None:
                 for name, value in copy.deepcopy(cached).items():
                     setattr(self, name, value)
@@ -494,12 +495,12 @@ class MWSP(TransformerMixin, BaseEstimator):
             setattr(self, name, value)
         self._fit_key_ = key
         if key is not None:
-            _FIT_CACHE.put(key, copy.deepcopy(fitted), _nbytes(fitted))
+            FIT_CACHE.put(key, copy.deepcopy(fitted), nbytes(fitted))
         return self
 
     def _cache_key(self, graphs) -> str | None:
         """What a fit or transform's result depends on, as a key: the parameters but ``lam``,
-        ``n_jobs`` and ``progress``, and the graphs' content (:func:`_graphs_digest`); None
+        ``n_jobs`` and ``progress``, and the graphs' content (:func:`graphs_digest`); None
         where nothing is cached (no clone family, a ``checkpoint`` or ``client``, graphs that
         cannot be read twice or hashed)."""
         family = self.__dict__.get("_clone_family")
@@ -508,12 +509,12 @@ class MWSP(TransformerMixin, BaseEstimator):
         if not (isinstance(graphs, (list, tuple)) or (hasattr(graphs, "__getitem__") and hasattr(graphs, "__len__"))):
             return None  # an iterator: read once, by the fit itself
         try:
-            digest = _graphs_digest(graphs)
+            digest = graphs_digest(graphs)
         except Exception:  # a field no digest can read (a quantized tensor, ...): the fit names what is wrong
             return None
         if digest is None:
             return None
-        params = {name: value for name, value in self.get_params(deep=False).items() if name not in _NOT_IN_KEY}
+        params = {name: value for name, value in self.get_params(deep=False).items() if name not in NOT_IN_KEY}
         params["solver"] = self._solver()  # "exact" and Exact() are one setting (its repr names every option)
         count = dataset_attribute_columns(graphs)
         return hashlib.sha1(f"{family} {sorted(params.items())!r} {count} {digest}".encode()).hexdigest()
@@ -544,12 +545,12 @@ class MWSP(TransformerMixin, BaseEstimator):
         key = None if fit_key is None else self._cache_key(graphs)
         if key is not None:
             key = f"cross {fit_key} {key}"
-            cached = _FIT_CACHE.get(key)
+            cached = FIT_CACHE.get(key)
             if cached is not None:
                 return cached.copy()
         distances = self._cross_distances(graphs)
         if key is not None:
-            _FIT_CACHE.put(key, distances.copy(), distances.nbytes)
+            FIT_CACHE.put(key, distances.copy(), distances.nbytes)
         return distances
 
     def _cross_distances(self, graphs) -> np.ndarray:
@@ -689,113 +690,6 @@ class NodeRows:
     attribute_width: int = 0
 
 
-class ProgressBar(tqdm):
-    """A tqdm bar whose rate and time estimate start at its first step.
-
-    The first step of a fit's bars comes after work that is not the pace of the rest (the
-    engine's set-up before any pair is done; a first chunk of graphs done at once), and tqdm's
-    default reading of it (a rate and an estimate from that one step, then smoothed) showed
-    millions of graphs a second, or hours left, at the start. Here the first step shows no rate;
-    each later one the average pace since the first step (``smoothing=0``), and the estimate
-    from it.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("smoothing", 0)
-        super().__init__(*args, **kwargs)
-        self._first_step_done = False
-
-    def update(self, n: float = 1):
-        if self.disable or self._first_step_done:
-            return super().update(n)
-        self._first_step_done = True
-        self.n += n
-        # The pace is counted from here: tqdm's rate is (n - initial) / (now - start_t).
-        self.initial = self.n
-        self.start_t = self.last_print_t = self._time()
-        self.last_print_n = self.n
-        self.refresh()
-        return True
-
-
-#: Parameters that change neither W nor the fitted state: left out of the cache's keys.
-_NOT_IN_KEY = ("lam", "n_jobs", "progress")
-
-#: Environment variable bounding the in-process cache of fits, in MiB (default 512; 0: off).
-FIT_CACHE_ENV = "MWSP_FIT_CACHE_MB"
-
-
-class _FitCache:
-    """Fitted states and cross distances by key, least recently used first out, bounded in bytes
-    (``$MWSP_FIT_CACHE_MB``, read at each call); safe to share between threads."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[str, tuple[object, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def limit() -> int:
-        value = os.environ.get(FIT_CACHE_ENV, "512")
-        try:
-            megabytes = float(value)
-        except ValueError:
-            raise ValueError(f"{FIT_CACHE_ENV}={value!r}: expected a number of MiB (0: no cache)") from None
-        return int(max(megabytes, 0.0) * 2**20)
-
-    def get(self, key: str):
-        if self.limit() == 0:  # off: nothing is served, whatever was stored before
-            return None
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            self._entries.move_to_end(key)
-            return entry[0]
-
-    def put(self, key: str, value, nbytes: int) -> None:
-        limit = self.limit()
-        with self._lock:
-            if key in self._entries:
-                self._bytes -= self._entries.pop(key)[1]
-            if nbytes > limit:
-                return
-            self._entries[key] = (value, nbytes)
-            self._bytes += nbytes
-            while self._bytes > limit:
-                self._bytes -= self._entries.popitem(last=False)[1][1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-_FIT_CACHE = _FitCache()
-
-
-def clear_fit_cache() -> None:
-    """Empty this process's cache of fits and transforms shared by the clones of an estimator
-    (:class:`MWSP`'s docstring)."""
-    _FIT_CACHE.clear()
-
-
-def joblib_worker_threads() -> int | None:
-    """In a joblib (loky) worker process, the threads its inner pools may use: the
-    ``OMP_NUM_THREADS`` joblib set there (its cores divided by the workers, or the parent's own
-    setting, or ``inner_max_num_threads``), at least 1; None outside such a worker."""
-    loky = sys.modules.get("joblib.externals.loky.process_executor")
-    if loky is None or getattr(loky, "_CURRENT_DEPTH", 0) < 1:
-        return None
-    try:
-        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
-    except ValueError:
-        return 1
-
-
 def _check_targets(graphs, y) -> None:
     """``y`` (ignored by ``fit``), where given, has one entry per graph."""
     if y is None or not hasattr(graphs, "__len__"):
@@ -806,57 +700,6 @@ def _check_targets(graphs, y) -> None:
         raise ValueError(f"y must hold one label per graph, got {type(y).__name__}") from None
     if count != len(graphs):
         raise ValueError(f"y has {count} labels for {len(graphs)} graphs; MWSP ignores y, but it must match the graphs")
-
-
-def _graphs_digest(graphs) -> str | None:
-    """SHA-1 of every field of every graph (names, dtypes, shapes, bytes): graphs equal in
-    content share it, whatever objects hold them. None for anything but plain ``Data`` with
-    dense tensors, numbers and strings (such graphs are not cached)."""
-    import torch
-    from torch_geometric.data import Data
-
-    digest = hashlib.sha1()
-    for data in graphs:
-        if type(data) is not Data:
-            return None
-        digest.update(b"graph")
-        for name in sorted(data.keys()):
-            value = data[name]
-            digest.update(f"|{name}:".encode())
-            if isinstance(value, torch.Tensor):
-                if value.layout != torch.strided:
-                    return None
-                value = value.detach().cpu().contiguous()
-                digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
-                digest.update(value.reshape(-1).view(torch.uint8).numpy())
-            elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-                digest.update(f"{value.dtype}{value.shape}".encode())
-                digest.update(np.ascontiguousarray(value).view(np.uint8))
-            elif value is None or isinstance(value, (bool, int, float, str, np.integer, np.floating)):
-                digest.update(f"{type(value).__name__}{value!r}".encode())
-            else:
-                return None
-    return digest.hexdigest()
-
-
-def _nbytes(value, depth: int = 0) -> int:
-    """About how many bytes the arrays in ``value`` hold (arrays, sparse matrices, dataclasses,
-    objects, containers): what a cached fit costs."""
-    if depth > 6:
-        return 0
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if sp.issparse(value):
-        return sum(getattr(value, name).nbytes for name in ("data", "indices", "indptr") if hasattr(value, name))
-    if isinstance(value, dict):
-        return sum(_nbytes(item, depth + 1) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(item, depth + 1) for item in value)
-    if dataclasses.is_dataclass(value):
-        return sum(_nbytes(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
-    if hasattr(value, "__dict__"):
-        return _nbytes(vars(value), depth + 1)
-    return 0
 
 
 def _device_type(device) -> str:

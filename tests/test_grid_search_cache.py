@@ -18,8 +18,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.svm import SVC
 
 from mwsp_torch import MWSP
-from mwsp_torch import estimator as estimator_module
-from mwsp_torch.estimator import FIT_CACHE_ENV, clear_fit_cache, joblib_worker_threads
+from mwsp_torch.fit_cache import FIT_CACHE, FIT_CACHE_ENV, clear_fit_cache, joblib_worker_threads
 from mwsp_torch.transport import Exact, solvers
 
 
@@ -123,7 +122,7 @@ def test_the_cache_is_bounded(mutag, counted, monkeypatch):
     monkeypatch.setenv(FIT_CACHE_ENV, "0.001")  # 1 KB: no fit fits
     clone(base).fit(graphs)
     clone(base).fit(graphs)
-    assert len(counted) == 2 and len(estimator_module._FIT_CACHE) == 0
+    assert len(counted) == 2 and len(FIT_CACHE) == 0
     monkeypatch.setenv(FIT_CACHE_ENV, "many")
     with pytest.raises(ValueError, match="MWSP_FIT_CACHE_MB='many': expected a number of MiB"):
         clone(base).fit(graphs)
@@ -170,7 +169,7 @@ def test_y_is_ignored_but_must_match_the_graphs(mutag):
 
 def test_progress_rates_and_estimates_start_at_the_first_step():
     """A first step after slow set-up, or of many graphs at once, is not the pace of the rest."""
-    from mwsp_torch.estimator import ProgressBar
+    from mwsp_torch.progress import ProgressBar
 
     clock = [100.0]
     bar = ProgressBar(total=10_000, disable=False, file=open(os.devnull, "w"), mininterval=0)
