@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 from mwsp_torch._checks import PARAMETERS, ParameterError
 
+__all__ = ["build_parser", "check_args", "main", "solver_from_args", "summary"]
+
 if TYPE_CHECKING:  # imported at run time by _load()
     import numpy as np
 
@@ -364,7 +366,7 @@ def _explain(parser: argparse.ArgumentParser, args) -> int:
 _SOLVER_FLAGS = {"exact_engine": "engine", "blur": "blur", "scaling": "scaling", "sinkhorn_backend": "backend"}
 
 
-def _solver(args):
+def solver_from_args(args):
     """``--solver`` and the flags it reads, as the estimator's solver options."""
     _load()
     options = Exact if args.solver == "exact" else Sinkhorn
@@ -383,7 +385,7 @@ def _model(args, d: int, k: int, labels: str, beta: float = 1.0, client=None):
         edge_labels=args.edge_labels,
         attributes=args.attributes,
         beta=beta,
-        solver=_solver(args),
+        solver=solver_from_args(args),
         device=args.device,
         n_jobs=args.n_jobs,
         checkpoint=args.checkpoint,
@@ -515,7 +517,7 @@ def _check_output(parser: argparse.ArgumentParser, flag: str, path: str | None) 
         parser.error(f"{flag} {path}: not writable")
 
 
-def _check_args(parser: argparse.ArgumentParser, args) -> None:
+def check_args(parser: argparse.ArgumentParser, args) -> None:
     """Refuse, by the flag's name and before any data is read, what the estimator would refuse
     (by building it for each setting of the grid: one check, one error text) and what only the
     command line has (options read only with another choice, outputs, the grid, Dask)."""
@@ -578,7 +580,7 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
                 parser.error(f"{flag} lists a value more than once: {' '.join(map(str, values))}")
 
 
-def _summary(result: dict) -> str:
+def summary(result: dict) -> str:
     """What is printed: mean +- std and what the std is over (:func:`reported_std`) on the
     first line; then, where the result holds them, the spread of the folds' accuracies and
     the ceiling that the distances themselves put on any kernel's accuracy."""
@@ -664,7 +666,7 @@ def _compare(parser: argparse.ArgumentParser, args) -> int:
 def _computing(parser: argparse.ArgumentParser, args, work) -> int:
     """``evaluate`` and ``distances``: the checks, a Dask client where one is asked for, then
     ``work(args)``; an error or Ctrl-C ends in one line, not a traceback."""
-    _check_args(parser, args)
+    check_args(parser, args)
     args.client = None
     try:
         if args.scheduler is not None or args.dask_workers is not None:
@@ -712,7 +714,7 @@ def _evaluate_command(parser: argparse.ArgumentParser, args) -> int:
 
     def work(args) -> int:
         result = _evaluate(args)
-        print(_summary(result))
+        print(summary(result))
         if args.json:
             try:  # checked before the run; printed above, so a late failure loses no result
                 Path(args.json).write_text(json.dumps(result, indent=2))

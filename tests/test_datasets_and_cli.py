@@ -259,11 +259,11 @@ def test_cli_summary_says_what_its_std_is_over():
     common = {"dataset": "X", "accuracy_mean": 80.0, "majority_rate": 50.0, "outer_folds": 10}
     common["grid"] = {"d": [2], "k": [0]}
     paper = {**common, "protocol": "paper", "accuracy_std": 4.5}
-    assert cli._summary(paper).startswith("X: 80.00 +- 4.50 % (paper protocol, std over 10 folds, majority class 50.00")
+    assert cli.summary(paper).startswith("X: 80.00 +- 4.50 % (paper protocol, std over 10 folds, majority class 50.00")
     nested = {**common, "protocol": "nested", "accuracy_std": 1.25, "fold_accuracy_std": 3.75, "seeds": [0, 1, 2]}
-    assert cli._summary(nested).startswith("X: 80.00 +- 1.25 % (nested protocol, std over 3 repetitions' means,")
+    assert cli.summary(nested).startswith("X: 80.00 +- 1.25 % (nested protocol, std over 3 repetitions' means,")
     one = {**nested, "accuracy_std": 0.0, "seeds": [7]}
-    assert cli._summary(one).startswith("X: 80.00 +- 3.75 % (nested protocol, std over the 10 folds of one repetition,")
+    assert cli.summary(one).startswith("X: 80.00 +- 3.75 % (nested protocol, std over the 10 folds of one repetition,")
 
 
 def test_cli_distances_and_errors(fixture_root, cache_dir, tmp_path, capsys):

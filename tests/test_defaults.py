@@ -18,7 +18,7 @@ import torch
 import mwsp_torch.estimator as estimator
 import mwsp_torch.transport.solvers as solvers
 from mwsp_torch import MWSP, load_tudataset, make_csl, nested_protocol, paper_protocol
-from mwsp_torch.cli import _check_args, _solver, _summary, build_parser, main
+from mwsp_torch.cli import build_parser, check_args, main, solver_from_args, summary
 from mwsp_torch.evaluation import PAPER_LAMS, accuracy_ceiling, check_folds, check_inner_folds, check_labels
 from mwsp_torch.transport import Exact, Sinkhorn
 from mwsp_torch.transport.engines import (
@@ -158,14 +158,14 @@ def test_auto_runs_the_cuda_kernel_in_numbas_simulator():
 def test_cli_exact_engine_defaults_to_auto():
     parser = build_parser()
     args = parser.parse_args(["distances", "--out", "w.npy"])
-    _check_args(parser, args)
-    assert _solver(args) == Exact(engine="auto")
+    check_args(parser, args)
+    assert solver_from_args(args) == Exact(engine="auto")
     args = parser.parse_args(["distances", "--out", "w.npy", "--exact-engine", "compiled"])
-    _check_args(parser, args)
-    assert _solver(args) == Exact(engine="compiled")
+    check_args(parser, args)
+    assert solver_from_args(args) == Exact(engine="compiled")
     args = parser.parse_args(["distances", "--out", "w.npy", "--solver", "sinkhorn", "--blur", "0.1"])
-    _check_args(parser, args)
-    assert _solver(args) == Sinkhorn(blur=0.1)  # the options not given are the library's defaults
+    check_args(parser, args)
+    assert solver_from_args(args) == Sinkhorn(blur=0.1)  # the options not given are the library's defaults
 
 
 # --- Sinkhorn on a CPU --------------------------------------------------------------------
@@ -251,13 +251,13 @@ def test_cli_summary_says_what_the_number_means():
         "accuracy_ceiling": 90.0,
         "grid": {"d": [4], "k": [0, 1]},
     }
-    lines = _summary(result).splitlines()
+    lines = summary(result).splitlines()
     assert lines[0].startswith("CSL: 86.67 +- 0.00 % (nested protocol, std over 2 repetitions' means")
     assert "the std is over repetitions" in lines[1] and "the 20 folds scored 86.67 to 86.67 %" in lines[1]
     assert "ceiling of these distances: 90.00 %" in lines[2] and "skip-6 and skip-16" in lines[2]
-    other = _summary({**result, "dataset": "X", "accuracy_ceiling": 95.0})
+    other = summary({**result, "dataset": "X", "accuracy_ceiling": 95.0})
     assert "95.00 % (graphs at W = 0 from each other get one prediction" in other
-    assert len(_summary({**result, "accuracy_ceiling": 100.0}).splitlines()) == 2
+    assert len(summary({**result, "accuracy_ceiling": 100.0}).splitlines()) == 2
 
 
 def test_checks_the_cli_uses_are_public():
