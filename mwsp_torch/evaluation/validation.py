@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from mwsp_torch._checks import is_integer, is_positive_number
+from mwsp_torch._checks import check_parameter, is_integer, is_positive_number
 
 __all__ = [
     "DISTANCE_SYMMETRY_TOL",
@@ -212,9 +212,9 @@ def _as_tuple(values, name: str) -> tuple:
 
 
 def check_n_jobs(n_jobs) -> None:
-    """``n_jobs`` as joblib takes it: an integer >= 1, or -1 for every core."""
-    if not is_integer(n_jobs) or (n_jobs < 1 and n_jobs != -1):
-        raise ValueError(f"n_jobs must be an integer >= 1, or -1 for every core, got {n_jobs!r}")
+    """``n_jobs`` as joblib takes it: an integer >= 1, or -1 for every core (the estimator's
+    constraint, :data:`mwsp_torch._checks.PARAMETERS`, so both say the same)."""
+    check_parameter("n_jobs", n_jobs)
 
 
 def check_grid(values, name: str) -> tuple:
