@@ -1,4 +1,8 @@
-"""Command line: ``mwsp evaluate``, ``mwsp distances`` and ``mwsp explain``.
+"""Command line: ``mwsp evaluate``, ``mwsp distances``, ``mwsp compare`` and ``mwsp explain``.
+
+This module holds ``evaluate`` and ``distances`` and the entry point; ``compare`` and
+``explain`` have modules of their own, and :mod:`mwsp_torch.cli.options` declares the options
+the subcommands share, once.
 
 Examples::
 
@@ -27,7 +31,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mwsp_torch._checks import PARAMETERS, ParameterError
+from mwsp_torch._checks import ParameterError
+from mwsp_torch.cli.compare import add_compare
+from mwsp_torch.cli.explain import add_explain
+from mwsp_torch.cli.options import check_output, data_options, execution_options, kernel_options
 
 __all__ = ["build_parser", "check_args", "main", "solver_from_args", "summary"]
 
@@ -35,7 +42,7 @@ if TYPE_CHECKING:  # imported at run time by _load()
     import numpy as np
 
     from mwsp_torch.cache import cached_distances
-    from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset, node_label_names
+    from mwsp_torch.datasets import CSL_SKIPS, default_labels, load_dataset
     from mwsp_torch.estimator import MWSP
     from mwsp_torch.evaluation import (
         NESTED_INNER_FOLDS,
@@ -61,7 +68,6 @@ _LAZY = {
     "CSL_SKIPS": ("mwsp_torch.datasets", "CSL_SKIPS"),
     "default_labels": ("mwsp_torch.datasets", "default_labels"),
     "load_dataset": ("mwsp_torch.datasets", "load_dataset"),
-    "node_label_names": ("mwsp_torch.datasets", "node_label_names"),
     "NESTED_INNER_FOLDS": ("mwsp_torch.evaluation", "NESTED_INNER_FOLDS"),
     "SEED_RANGE": ("mwsp_torch.evaluation", "SEED_RANGE"),
     "check_folds": ("mwsp_torch.evaluation", "check_folds"),
@@ -71,12 +77,6 @@ _LAZY = {
     "paper_pick": ("mwsp_torch.evaluation", "paper_pick"),
     "reported_std": ("mwsp_torch.evaluation", "reported_std"),
 }
-
-
-def _choices(name: str) -> tuple[str, ...]:
-    """The values the estimator's parameter ``name`` takes (:data:`mwsp_torch._checks.PARAMETERS`,
-    which imports nothing heavy): the parser's ``choices``, the same as the library's."""
-    return PARAMETERS[name][1]
 
 
 def _load() -> None:
@@ -95,102 +95,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _common(parser: argparse.ArgumentParser, many: bool) -> None:
-    nargs = "+" if many else None
-    parser.add_argument("--dataset", default="CSL", help="TU dataset name, or CSL (generated, offline; default)")
-    parser.add_argument("--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT)")
-    parser.add_argument("--cache-dir", default=None, help="processed data and distance cache (default $MWSP_CACHE_DIR)")
-    several = " (one or more: a grid)" if many else ""
-    parser.add_argument(
-        "--d", type=int, nargs=nargs, default=[2] if many else 2, help=f"max path length in edges{several} (default 2)"
-    )
-    parser.add_argument(
-        "--k", type=int, nargs=nargs, default=[0] if many else 0, help=f"deepest tree scale{several} (default 0)"
-    )
-    parser.add_argument(
-        "--paths",
-        choices=_choices("paths"),
-        default="split",
-        help="tied shortest paths: split (each endpoint has mass 1, split evenly; default) or all (each path 1)",
-    )
-    parser.add_argument("--solver", choices=_choices("solver"), default="exact", help="default exact")
-    parser.add_argument("--blur", type=float, default=None, help="Sinkhorn blur (default 0.01)")
-    parser.add_argument(
-        "--scaling", type=float, default=None, help="Sinkhorn epsilon-scaling ratio, in (0, 1) (default 0.99)"
-    )
-    parser.add_argument(
-        "--sinkhorn-backend",
-        choices=_choices("backend"),
-        default=None,
-        help="auto (default), fused, triton (experimental, CUDA), tensorized or online",
-    )
-    parser.add_argument(
-        "--labels",
-        choices=_choices("labels"),
-        default=None,
-        help="node labels: auto (the dataset's node labels, node_label or one-hot x), degree or uniform "
-        "(default: the paper's choice for the dataset, auto where it has node labels)",
-    )
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="torch device, cpu (default) or cuda[:N]: where Sinkhorn runs, and the exact solver with "
-        "--exact-engine auto or thread",
-    )
-    parser.add_argument(
-        "--exact-engine",
-        choices=_choices("engine"),
-        default=None,
-        help="auto (default: thread on a CUDA --device that torch and numba can use, else compiled), "
-        "compiled (the CPU engine, --n-jobs threads), thread (one pair per CUDA thread on --device; "
-        "on --device cpu the same solver built for the CPU, slower than compiled)",
-    )
-    parser.add_argument(
-        "--n-jobs",
-        type=int,
-        default=-1,
-        help="cores for the exact solver's threads and the SVM selection's processes (default -1: all cores)",
-    )
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help="directory for the compiled exact engine's finished tiles and, with evaluate, the selection's "
-        "finished steps: the same command started again after a kill resumes",
-    )
-    parser.add_argument(
-        "--scheduler",
-        default=None,
-        help="run the compiled exact engine's tiles on the Dask cluster whose scheduler is at this address "
-        "(tcp://HOST:8786)",
-    )
-    parser.add_argument(
-        "--dask-workers",
-        type=int,
-        default=None,
-        help="run the compiled exact engine's tiles on a local Dask cluster of this many worker processes",
-    )
-    parser.add_argument(
-        "--edge-labels",
-        action="store_true",
-        help="read edge labels (NAME_edge_labels.txt, or edge_attr) into the trees and paths (default off)",
-    )
-    parser.add_argument(
-        "--attributes",
-        choices=_choices("attributes"),
-        default=None,
-        help="append standardised continuous node attributes (NAME_node_attributes.txt) to each node's row: "
-        "node (its own) or multiscale (its own, then their means at distance 1..d) (default off)",
-    )
-    parser.add_argument(
-        "--beta",
-        type=float,
-        nargs=nargs,
-        default=None,
-        help=f"weight of the attributes in a row, > 0{several} (default 1; read only with --attributes)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mwsp", description="MWSP graph kernel (Multi-scale Wasserstein Shortest-Path)"
@@ -198,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="SVM accuracy under the paper's or the nested protocol")
     ev.set_defaults(func=_evaluate_command)
-    _common(ev, many=True)
+    data_options(ev)
+    kernel_options(ev, many=True)
+    execution_options(ev, many=True)
     ev.add_argument(
         "--protocol",
         choices=("nested", "paper"),
@@ -239,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", default=None, help="also write the results here (JSON; the directory must exist)")
     dist = sub.add_parser("distances", help="the n x n Wasserstein distance matrix as .npy")
     dist.set_defaults(func=_distances_command)
-    _common(dist, many=False)
+    data_options(dist)
+    kernel_options(dist, many=False)
+    execution_options(dist, many=False)
     dist.add_argument(
         "--out", required=True, help="output path (.npy format, written to exactly this path; the directory must exist)"
     )
@@ -249,116 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="write tiles straight into --out (memory-mapped) so that n x n values are never held in memory; "
         "exact compiled engine only, no cache or checkpoint",
     )
-    cmp = sub.add_parser(
-        "compare",
-        help="graph kernels against GNNs on one dataset's outer folds: table, paired tests, figure",
-        description="MWSP, WL and SP kernels (nested protocol) and GIN and Errica et al.'s baseline (their "
-        "protocol) on the same split file; one resumable cell per method (and fold); writes OUT.csv, OUT.md, OUT.png",
-    )
-    cmp.set_defaults(func=_compare)
-    cmp.add_argument("--dataset", required=True, help="TU dataset name")
-    cmp.add_argument("--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT)")
-    cmp.add_argument(
-        "--splits",
-        default=None,
-        help="a split file (Errica et al.'s data_splits format or the project's); default: Errica et al.'s for "
-        "their datasets ($MWSP_ERRICA_SPLITS), else one drawn by --seed",
-    )
-    cmp.add_argument("--seed", type=int, default=42, help="seed of a drawn split file (default 42)")
-    cmp.add_argument(
-        "--methods",
-        nargs="+",
-        default=["mwsp", "wl", "sp", "gin", "baseline"],
-        choices=importlib.import_module("mwsp_torch.compare.methods").METHODS,
-        help="methods (default: mwsp wl sp gin baseline; mwsp_attributes where nodes carry attributes; fusion: "
-        "MWSP fused with cross-fitted GIN probabilities)",
-    )
-    cmp.add_argument(
-        "--profile",
-        default="cpu",
-        choices=("cpu", "cpu-1000", "errica"),
-        help="the GNNs' grid and budget: cpu (a fixed subset, epochs capped; default), cpu-1000, errica (theirs)",
-    )
-    cmp.add_argument("--d", type=int, nargs="+", default=[1, 2, 3], help="MWSP's path lengths (default 1 2 3)")
-    cmp.add_argument("--k", type=int, nargs="+", default=[0, 1, 2], help="MWSP's tree scales (default 0 1 2)")
-    cmp.add_argument(
-        "--beta", type=float, nargs="+", default=[0.3, 1.0, 3.0], help="mwsp_attributes' weights (default 0.3 1 3)"
-    )
-    cmp.add_argument(
-        "--attributes-k", type=int, nargs="+", default=None, help="mwsp_attributes' tree scales (default: --k)"
-    )
-    cmp.add_argument("--wl-h", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="WL's iterations (default 1..5)")
-    cmp.add_argument("--folds", type=int, nargs="+", default=None, help="GNN folds to compute now (default all)")
-    cmp.add_argument("--raw-dir", default="compare-results", help="the cells' folder (default compare-results)")
-    cmp.add_argument("--out", default=None, help="the report's path without suffix (default RAW_DIR/NAME/comparison)")
-    cmp.add_argument("--n-jobs", type=int, default=-1, help="processes for the kernels (default -1: every core)")
-    cmp.add_argument("--force", action="store_true", help="recompute cells computed under another request")
-    cmp.add_argument("--quiet", action="store_true", help="no progress bars")
-    ex = sub.add_parser(
-        "explain", help="the optimal node-to-node plan behind W between two graphs of a dataset, as text and a PNG"
-    )
-    ex.set_defaults(func=_explain)
-    ex.add_argument("--dataset", default="MUTAG", help="TU dataset name, or CSL (default MUTAG)")
-    ex.add_argument(
-        "--root", default=None, help="data root holding NAME/raw/ (default $MWSP_DATA_ROOT; tests/data holds MUTAG)"
-    )
-    ex.add_argument("--cache-dir", default=None, help="processed data (default $MWSP_CACHE_DIR)")
-    ex.add_argument(
-        "--graphs", type=int, nargs=2, required=True, metavar=("G", "H"), help="the two graphs' indices, from 0"
-    )
-    ex.add_argument("--d", type=int, default=2, help="max path length in edges (default 2)")
-    ex.add_argument("--k", type=int, default=0, help="deepest tree scale (default 0)")
-    ex.add_argument("--paths", choices=_choices("paths"), default="split", help="tied shortest paths (default split)")
-    ex.add_argument(
-        "--labels",
-        choices=_choices("labels"),
-        default=None,
-        help="node labels (default: the paper's choice for the dataset, auto where it has node labels)",
-    )
-    ex.add_argument("--top", type=int, default=5, help="pairs of rows to list, largest part of W first (default 5)")
-    ex.add_argument("--out", default=None, help="draw the two graphs and the plan into this PNG")
-    ex.add_argument("--json", default=None, help="also write the explanation here (JSON, the plan included)")
+    add_compare(sub)
+    add_explain(sub)
     return parser
-
-
-def _explain(parser: argparse.ArgumentParser, args) -> int:
-    """``mwsp explain``: fit on the two graphs alone (one pair of transport, whatever the
-    dataset's size; W is the same as in the whole dataset's matrix), then print, draw, write."""
-    _load()
-    from mwsp_torch.explain import explain, plot_explanation
-
-    _check_output(parser, "--out", args.out)
-    _check_output(parser, "--json", args.json)
-    if args.top < 0:
-        parser.error(f"--top must be >= 0, got {args.top}")
-    try:
-        graphs, y = load_dataset(args.dataset, root=args.root, cache_dir=args.cache_dir)
-        for index in args.graphs:
-            if not 0 <= index < len(graphs):
-                raise ValueError(
-                    f"--graphs {args.graphs[0]} {args.graphs[1]}: {args.dataset} has {len(graphs)} graphs, "
-                    f"numbered 0 to {len(graphs) - 1}; {index} is not one of them"
-                )
-        labels = args.labels or default_labels(args.dataset)
-        names = node_label_names(args.dataset, args.root) if labels == "auto" and args.dataset != "CSL" else None
-        pair = [graphs[i] for i in args.graphs]
-        model = MWSP(d=args.d, k=args.k, paths=args.paths, labels=labels, n_jobs=1).fit(pair)
-        explanation = explain(model, pair[0], pair[1], top=args.top, label_names=names)
-        i, j = args.graphs
-        print(f"{args.dataset} graphs {i} (class {y[i]}) and {j} (class {y[j]})")
-        print(explanation.report())
-        if args.out is not None:
-            titles = tuple(f"{args.dataset} graph {i}\nclass {y[i]}, {graphs[i].num_nodes} nodes" for i in args.graphs)
-            plot_explanation(explanation, pair[0], pair[1], args.out, titles=titles)
-            print(f"figure: {args.out}")
-        if args.json is not None:
-            Path(args.json).write_text(
-                json.dumps({"dataset": args.dataset, "graphs": args.graphs, **explanation.to_dict()})
-            )
-    except (ValueError, OSError, ImportError) as err:  # ImportError: matplotlib or networkx missing
-        print(f"mwsp: error: {err}", file=sys.stderr)
-        return 2
-    return 0
 
 
 #: The flags that set the solver's options (the estimator's ``Exact`` and ``Sinkhorn``): the
@@ -503,20 +304,6 @@ def _flag(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def _check_output(parser: argparse.ArgumentParser, flag: str, path: str | None) -> None:
-    """Refuse an output path that cannot be written before any work, not after it."""
-    if path is None:
-        return
-    target = Path(path)
-    folder = target.parent
-    if target.is_dir():
-        parser.error(f"{flag} {path} is a directory; give a file path")
-    if not folder.is_dir():
-        parser.error(f"{flag} {path}: the directory {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        parser.error(f"{flag} {path}: not writable")
-
-
 def check_args(parser: argparse.ArgumentParser, args) -> None:
     """Refuse, by the flag's name and before any data is read, what the estimator would refuse
     (by building it for each setting of the grid: one check, one error text) and what only the
@@ -539,8 +326,8 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     betas = args.beta if isinstance(args.beta, list) else [args.beta]
     if len(set(betas)) != len(betas):
         parser.error(f"--beta lists a value more than once: {' '.join(map(str, betas))}")
-    _check_output(parser, "--json", getattr(args, "json", None))
-    _check_output(parser, "--out", getattr(args, "out", None))
+    check_output(parser, "--json", getattr(args, "json", None))
+    check_output(parser, "--out", getattr(args, "out", None))
     if args.scheduler is not None and args.dask_workers is not None:
         parser.error("--scheduler and --dask-workers exclude each other: a running cluster, or a local one")
     if args.dask_workers is not None and args.dask_workers < 1:
@@ -639,28 +426,6 @@ def _interrupted(args) -> str:
         "mwsp: interrupted; distance matrices already computed are cached, the one in progress is lost: "
         "run the same command again to go on (add --checkpoint DIR to also keep finished tiles and selection steps)"
     )
-
-
-def _compare(parser: argparse.ArgumentParser, args) -> int:
-    """``mwsp compare``: :func:`mwsp_torch.compare.compare`, then the table on stdout."""
-    from mwsp_torch.compare import KernelGrid, compare
-
-    settings = tuple((d, k) for d in args.d for k in args.k)
-    attributed = tuple((d, k) for d in args.d for k in (args.attributes_k or args.k))
-    grid = KernelGrid(mwsp=settings, attributes=attributed, betas=tuple(args.beta), wl_h=tuple(args.wl_h))
-    try:
-        result = compare(args.dataset, root=args.raw_dir, out=args.out, methods=args.methods, data_root=args.root,
-                         splits=args.splits, seed=args.seed, profile=args.profile, grid=grid, folds=args.folds,
-                         n_jobs=args.n_jobs, progress=not args.quiet, force=args.force)  # fmt: skip
-    except (ValueError, OSError) as err:
-        print(f"mwsp: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("mwsp: interrupted; finished cells are kept: run the same command again to go on", file=sys.stderr)
-        return 130
-    print(result["paths"]["md"].read_text(), end="")
-    print(json.dumps({name: str(path) for name, path in result["paths"].items()}))
-    return 0
 
 
 def _computing(parser: argparse.ArgumentParser, args, work) -> int:
