@@ -22,7 +22,6 @@ from mwsp_torch.transport import (
     Exact,
     Sinkhorn,
     SupportSet,
-    batched_exact_distances,
     exact_distances,
     pot_distances,
     upper_pairs,
@@ -559,11 +558,6 @@ def test_triton_sinkhorn_off_cuda_is_refused_before_the_features(monkeypatch):
     graphs = [make_data(2, [(0, 1)], [0, 1]), make_data(2, [(0, 1)], [0, 0])]
     with pytest.raises(ValueError, match=r"backend 'triton' runs on a CUDA device, not device='cpu'"):
         MWSP(solver=Sinkhorn(backend="triton")).fit(graphs)
-
-
-def test_the_removed_batched_engine_says_so():
-    with pytest.raises(ValueError, match="batched exact engine was removed"):
-        batched_exact_distances(None, None, np.zeros((0, 2), dtype=np.int64))
 
 
 def test_thread_engine_takes_a_torch_device():

@@ -14,8 +14,7 @@ between rows (``docs/definition.md``). One file per job, in the order data flows
   compiled transportation simplex on threads;
 - :mod:`~mwsp_torch.transport.sinkhorn`: the Sinkhorn approximation on any torch device
   (:func:`sinkhorn_distances`);
-- :mod:`~mwsp_torch.transport.gpu`: the exact engines for GPUs
-  (:func:`batched_exact_distances`, :func:`thread_exact_distances`);
+- :mod:`~mwsp_torch.transport.gpu`: the exact engine for GPUs (:func:`thread_exact_distances`);
 - :mod:`~mwsp_torch.transport.engines`: which exact engine ``Exact(engine="auto")`` runs;
 - :mod:`~mwsp_torch.transport.solvers`: the one entry point, :func:`distances`, with the solver's
   options (:class:`Exact`, :class:`Sinkhorn`) as an argument and the engine chosen inside.
@@ -23,7 +22,7 @@ between rows (``docs/definition.md``). One file per job, in the order data flows
 
 from mwsp_torch.transport.costs import COST_METHODS
 from mwsp_torch.transport.exact import exact_distances, pot_distances, resolve_n_jobs
-from mwsp_torch.transport.gpu import batched_exact_distances, thread_exact_distances
+from mwsp_torch.transport.gpu import thread_exact_distances
 from mwsp_torch.transport.measures import RowVocabulary, SupportSet, collapse, upper_pairs
 from mwsp_torch.transport.sinkhorn import SINKHORN_BACKENDS, sinkhorn_diameter, sinkhorn_distances
 from mwsp_torch.transport.solvers import Exact, Sinkhorn, distances
@@ -40,7 +39,6 @@ __all__ = [
     "Sinkhorn",
     "RowVocabulary",
     "SupportSet",
-    "batched_exact_distances",
     "checkpoint_directory",
     "collapse",
     "distances",

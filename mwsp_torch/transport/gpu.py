@@ -35,7 +35,6 @@ BATCHED_REMOVED = (
 __all__ = [
     "BATCHED_REMOVED",
     "PairQueue",
-    "batched_exact_distances",
     "cuda_device_index",
     "thread_exact_distances",
 ]
@@ -52,16 +51,6 @@ def _table_bank(left: SupportSet, right: SupportSet, table_bytes: int, engine: s
             "(exact_distances), which needs no such table"
         )
     return bank
-
-
-def batched_exact_distances(*args, **kwargs) -> np.ndarray:
-    """Removed: the torch batched simplex was the slowest exact engine on every device measured
-    (``docs/engines.md``). The name stays only so that a caller naming it gets this error.
-
-    Raises:
-        ValueError: always, naming the exact engines there are.
-    """
-    raise ValueError(BATCHED_REMOVED)
 
 
 def thread_exact_distances(
