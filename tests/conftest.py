@@ -1,34 +1,10 @@
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
-from torch_geometric.data import Data
 
 os.environ.setdefault("KEOPS_VERBOSE", "0")
 os.environ.setdefault("PYKEOPS_VERBOSE", "0")
-
-
-def _devices() -> list[str]:
-    """Torch devices the device-generic tests run on: always the CPU, and CUDA where there is one.
-
-    CI has no GPU, so there the same logic runs on CPU tensors. On a GPU machine set
-    ``MWSP_TEST_CUDA=1``: a missing CUDA device is then an error, not a shorter list.
-    """
-    if os.environ.get("MWSP_TEST_CUDA") == "1":
-        if not torch.cuda.is_available():
-            raise RuntimeError("MWSP_TEST_CUDA=1 but torch sees no CUDA device")
-        return ["cpu", "cuda"]
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-DEVICES = _devices()
-
-
-def make_data(num_nodes, edges, labels) -> Data:
-    edge_index = torch.tensor(np.asarray(edges, dtype=np.int64).reshape(-1, 2).T.copy())
-    return Data(edge_index=edge_index, num_nodes=num_nodes, node_label=torch.tensor(labels, dtype=torch.long))
 
 
 @pytest.fixture(scope="session", autouse=True)

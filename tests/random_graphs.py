@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from conftest import make_data
+from helpers import make_data
 
 
 def random_graphs(n: int, seed: int, min_nodes: int = 4, max_nodes: int = 8, num_labels: int = 3) -> list:

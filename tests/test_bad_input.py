@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 from mwsp_torch import MWSP, TreeIDs
 from mwsp_torch.transport import Exact, Sinkhorn
 
-from conftest import make_data
+from helpers import make_data
 
 GOOD = make_data(3, [(0, 1), (1, 2)], [0, 1, 0])
 

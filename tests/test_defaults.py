@@ -28,7 +28,7 @@ from mwsp_torch.transport.engines import (
     choose_exact_engine,
 )
 
-from conftest import make_data
+from helpers import make_data
 
 
 def _graphs(seed=0, count=8, low=5, high=10, num_labels=3):
@@ -123,7 +123,7 @@ import numpy as np
 import torch
 torch.cuda.is_available = lambda: True  # torch is a CPU build here; numba's simulator is the GPU
 torch.cuda.device_count = lambda: 1
-from conftest import make_data
+from helpers import make_data
 from mwsp_torch import MWSP
 from mwsp_torch.transport import Exact
 rng = np.random.default_rng(1)

@@ -13,7 +13,7 @@ from mwsp_torch.datasets import CSL_SKIPS
 from mwsp_torch.transport import Exact, Sinkhorn
 from mwsp_torch.transport.engines import ExactEngineFallbackWarning
 
-from conftest import make_data
+from helpers import make_data
 from reference import distance_matrix
 
 TRAIN = [

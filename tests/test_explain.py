@@ -17,7 +17,7 @@ from mwsp_torch.cli import main
 from mwsp_torch.datasets import node_label_names
 from mwsp_torch.explain import explain, explain_prediction, plot_explanation, svm_contributions
 
-from conftest import make_data
+from helpers import make_data
 from random_graphs import random_graphs
 from reference import adjacency, edge_label_map, feature_rows, shortest_paths, tree, wasserstein
 

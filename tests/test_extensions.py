@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mwsp_torch import MWSP, load_tudataset
 
-from conftest import make_data
+from helpers import make_data
 from reference import distance_matrix
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -36,7 +36,7 @@ from mwsp_torch.gnn_protocol import (
     run_gnn_fold,
 )
 
-from conftest import DEVICES, make_data
+from helpers import DEVICES, make_data
 
 TINY_GIN = {"batch_size": [8], "hidden_units": [[8, 8], [8]], "train_eps": [True], "aggregation": ["sum"],
             "dropout": [0.0], "monitor": ["accuracy"]}  # fmt: skip

@@ -29,7 +29,7 @@ from mwsp_torch.gnn import (
 from mwsp_torch.splits import ensure_splits, labels_sha256, load_splits, make_splits, save_splits, sha256_of
 from mwsp_torch.trees import UNSEEN
 
-from conftest import DEVICES, make_data
+from helpers import DEVICES, make_data
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 Y = np.array([0] * 12 + [1] * 9)

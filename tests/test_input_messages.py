@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 from mwsp_torch import MWSP, load_tudataset
 from mwsp_torch.cli import main
 
-from conftest import make_data
+from helpers import make_data
 
 GOOD = make_data(3, [(0, 1), (1, 2)], [0, 1, 0])
 PATH = torch.tensor([[0, 1], [1, 2]])

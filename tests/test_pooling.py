@@ -13,7 +13,7 @@ from scipy.spatial.distance import cdist
 from mwsp_torch.nn import WassersteinPooling
 from mwsp_torch.transport.dense import dense_exact_transport
 
-from conftest import DEVICES
+from helpers import DEVICES
 
 #: Graph sizes of the test batches: single nodes, and one graph large enough (with the
 #: template, over 63 points) for the solver's thread-based basis tree rather than bit masks.

@@ -27,7 +27,7 @@ from mwsp_torch.gnn_protocol import (
 )
 from mwsp_torch.trees import UNSEEN
 
-from conftest import make_data
+from helpers import make_data
 
 TINY_POOL = {"batch_size": [8], "hidden_units": [[8, 8], [8]], "train_eps": [True], "dropout": [0.0],
              "monitor": ["accuracy"], "num_templates": [3], "template_size": [4]}  # fmt: skip

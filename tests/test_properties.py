@@ -12,7 +12,7 @@ from mwsp_torch.paths import node_feature_maps
 from mwsp_torch.transport import Exact
 from mwsp_torch.trees import Vocabulary, tree_ids
 
-from conftest import make_data
+from helpers import make_data
 from reference import distance_matrix
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -33,7 +33,7 @@ from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD, 
 from mwsp_torch.transport.measures import bank_arrays
 from mwsp_torch.transport.sinkhorn import padding_batches, width_class
 
-from conftest import DEVICES, make_data
+from helpers import DEVICES, make_data
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,7 +8,7 @@ from mwsp_torch.labels import to_graph_set
 from mwsp_torch.paths import node_feature_maps
 from mwsp_torch.trees import Vocabulary, tree_ids
 
-from conftest import make_data
+from helpers import make_data
 
 A, B, C, D, E, G = range(6)
 LABELS = [4, 1, 3, 2, 3, 1]
