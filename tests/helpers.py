@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-__all__ = ["DEVICES", "make_data"]
+__all__ = ["DEVICES", "REQUIRE_EXTRAS", "make_data", "require_extra"]
 
 
 def _devices() -> list[str]:
@@ -30,3 +30,20 @@ DEVICES = _devices()
 def make_data(num_nodes, edges, labels) -> Data:
     edge_index = torch.tensor(np.asarray(edges, dtype=np.int64).reshape(-1, 2).T.copy())
     return Data(edge_index=edge_index, num_nodes=num_nodes, node_label=torch.tensor(labels, dtype=torch.long))
+
+
+#: Set by ``.ci/run``: there every extra is installed, and a missing one is an error, not a skip.
+REQUIRE_EXTRAS = os.environ.get("MWSP_REQUIRE_EXTRAS") == "1"
+
+
+def require_extra(module: str, extra: str):
+    """``module``, imported; where it is missing, the test (or file) is skipped and says which
+    extra brings it (``pip install -e '.[EXTRA]'``), except under ``MWSP_REQUIRE_EXTRAS=1``
+    (CI, which installs every extra), where the ImportError stands."""
+    import importlib
+
+    import pytest
+
+    if REQUIRE_EXTRAS:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"needs {module}: pip install -e '.[{extra}]' (CI installs it)")

@@ -15,7 +15,10 @@ from mwsp_torch import distributed as mwsp_distributed
 from mwsp_torch.distributed import connect, dask_distances
 from mwsp_torch.transport import Exact, exact_distances, upper_pairs
 
+from helpers import require_extra
 from random_graphs import random_graphs
+
+require_extra("distributed", "dask")
 
 
 @pytest.fixture(scope="module")
