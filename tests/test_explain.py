@@ -17,7 +17,7 @@ from mwsp_torch.cli import main
 from mwsp_torch.datasets import node_label_names
 from mwsp_torch.explain import explain, explain_prediction, plot_explanation, svm_contributions
 
-from helpers import make_data
+from helpers import make_data, require_extra
 from random_graphs import random_graphs
 from reference import adjacency, edge_label_map, feature_rows, shortest_paths, tree, wasserstein
 
@@ -205,13 +205,13 @@ def test_multi_column_labels_decode_as_tuples(fixture_root, cache_dir):
 
 
 def test_plot_writes_a_png(mutag_model, mutag, tmp_path):
-    import matplotlib.image
-
+    require_extra("networkx", "explain")
+    image_io = require_extra("matplotlib.image", "explain")
     graphs, _ = mutag
     explanation = explain(mutag_model, graphs[0], graphs[1], label_names=MUTAG_NAMES)
     path = plot_explanation(explanation, graphs[0], graphs[1], tmp_path / "e.png", dpi=40)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    image = matplotlib.image.imread(path)
+    image = image_io.imread(path)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 200
     with pytest.raises(ValueError, match="H has 17 nodes, the explanation's H has 13"):
         plot_explanation(explanation, graphs[0], graphs[0], tmp_path / "f.png")
@@ -273,6 +273,8 @@ def test_bad_input_is_refused_clearly(mutag):
 
 
 def test_cli_explain_prints_draws_and_writes(fixture_root, cache_dir, tmp_path, capsys, mutag):
+    require_extra("matplotlib", "explain")
+    require_extra("networkx", "explain")
     graphs, _ = mutag
     png, out = tmp_path / "e.png", tmp_path / "e.json"
     argv = ["explain", "--dataset", "MUTAG", "--root", str(fixture_root), "--cache-dir", str(cache_dir)]

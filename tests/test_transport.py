@@ -33,7 +33,7 @@ from mwsp_torch.transport.exact import PAIR_BLOCK, PAIR_CHUNK, RUNS_PER_THREAD, 
 from mwsp_torch.transport.measures import bank_arrays
 from mwsp_torch.transport.sinkhorn import padding_batches, width_class
 
-from helpers import DEVICES, make_data
+from helpers import DEVICES, make_data, require_extra
 
 
 @settings(max_examples=200, deadline=None)
@@ -537,6 +537,7 @@ def test_width_classes_and_merged_groups():
 def test_sinkhorn_online_takes_one_point_sides_in_a_batch():
     """pykeops' reduction over a side of one point, in a batch of several pairs, failed inside
     geomloss; such sides are now padded with a zero-weight point, which changes nothing."""
+    require_extra("pykeops", "keops")
     single = [make_data(1, [], [label]) for label in range(3)]  # one point a graph
     pair = make_data(2, [(0, 1)], [3, 3])  # two nodes, one row: one point
     wider = make_data(3, [(0, 1), (1, 2)], [0, 1, 2])  # three points against one
@@ -660,7 +661,7 @@ def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
     imported): equal to the torch loop and to geomloss to 1e-9, widths below and above
     powers of 2, an empty support, the debiasing terms subtracted in the kernel; float32
     (opt-in) near float64. CI installs Triton (the gpu extra), so CI runs this."""
-    pytest.importorskip("triton", reason="needs the triton package: pip install -e '.[test,gpu]' (CI does)")
+    require_extra("triton", "gpu")
     script = Path(__file__).parent / "triton_interpreted.py"
     env = {**os.environ, "TRITON_INTERPRET": "1", "KEOPS_VERBOSE": "0"}
     run = subprocess.run(
@@ -678,7 +679,7 @@ def test_triton_kernels_under_interpreter(fixture_root, tmp_path):
 def test_triton_sinkhorn_on_cuda(mutag):
     """The compiled Triton kernels on a GPU: the torch loop's (and geomloss's) value to 1e-9 in
     float64, the opt-in float32 near it; pairs in the caller's order, whatever their tile shape."""
-    pytest.importorskip("triton", reason="needs the triton package: pip install -e '.[test,gpu]' (CI does)")
+    require_extra("triton", "gpu")
     from mwsp_torch.transport import sinkhorn_distances
 
     support = MWSP(d=3, k=1).fit(mutag[0][:60]).support_
