@@ -1,4 +1,4 @@
-"""Run by ``test_transport.py`` in a subprocess with ``TRITON_INTERPRET=1`` (set before Triton
+"""Run by ``test_transport_sinkhorn.py`` in a subprocess with ``TRITON_INTERPRET=1`` (set before Triton
 is imported): the fused backend's Triton kernels on CPU tensors. Prints one JSON object of
 the largest relative differences."""
 

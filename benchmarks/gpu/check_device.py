@@ -257,7 +257,13 @@ def tests_step(run: Run, budget: float) -> dict:
     env = dict(os.environ)
     if run.cuda:
         env["MWSP_TEST_CUDA"] = "1"
-        files = ["tests/test_transport.py", "tests/test_gnn_vs_kernel.py", "tests/test_defaults.py"]
+        files = [
+            "tests/test_transport_exact.py",
+            "tests/test_transport_gpu.py",
+            "tests/test_transport_sinkhorn.py",
+            "tests/test_gnn_vs_kernel.py",
+            "tests/test_defaults.py",
+        ]
         files += ["tests/test_estimator.py", "tests/test_distributed.py"]
         select = "(cuda or thread or triton) and not online"
     else:  # the same parsing, on a few fast tests

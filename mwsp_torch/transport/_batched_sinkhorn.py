@@ -11,7 +11,7 @@ computed once per graph, and batches hold as many pairs as memory allows.
 The arithmetic is geomloss's own (``geomloss._legacy``, tensorized backend, ``p=1``,
 balanced, debiased): the epsilon schedule of :func:`epsilon_schedule`, symmetric
 averaged updates at every epsilon, one last extrapolation step at ``blur``, weights of 0
-logged as ``-1e5``, and the cost ``sqrt(max(|x - y|^2, 1e-8))``. ``tests/test_transport.py``
+logged as ``-1e5``, and the cost ``sqrt(max(|x - y|^2, 1e-8))``. ``tests/test_transport_sinkhorn.py``
 checks it against ``SamplesLoss`` to 1e-9 relative in float64.
 """
 

@@ -4,7 +4,7 @@ Why our own and not POT's: an all-pairs matrix is millions of small problems (8.
 NCI1), and ``ot.emd2`` spends most of each call at MWSP's sizes in its Python wrapper
 (about 80 % of 150-260 us). This solver is called from a numba ``prange`` loop over pairs,
 so no Python runs per pair and threads need no GIL. It is checked against POT's network
-simplex to 1e-9 relative in ``tests/test_transport.py``; its speed against POT's is in
+simplex to 1e-9 relative in ``tests/test_transport_simplex.py``; its speed against POT's is in
 ``benchmarks/README.md``, and the designs measured on the way in ``docs/performance.md``.
 
 Method: the primal transportation simplex on the bipartite spanning-tree basis
@@ -108,7 +108,7 @@ MAX_PIVOTS_PER_NODE_SQUARED = 50
 #: potentials, which drift far beyond the costs over many pivots. With a cost-relative
 #: threshold alone, DD's pair of graphs 5 and 21 (4,142 x 696 points) never ended: an arc
 #: of true reduced cost 0 kept entering on rounding noise. POT's network simplex scales its
-#: threshold with the potentials too; ``tests/test_transport.py`` holds that pair equal to
+#: threshold with the potentials too; ``tests/test_transport_exact.py`` holds that pair equal to
 #: POT. At the end every reduced cost is above ``-threshold``, so the cost found exceeds the
 #: optimum by at most ``threshold`` times the total mass: with potentials 1,000 times the
 #: largest cost, 1e-12 of the largest cost per unit of mass.

@@ -34,7 +34,7 @@ These functions repeat the bit-mask path of :mod:`mwsp_torch.transport._simplex`
 ``transport.measures.cancel``) instead of sharing it: the CPU engine's versions take their row
 minima through LLVM vector intrinsics (:mod:`mwsp_torch.transport._simd`), fastmath and inlining
 flags, none of which compile for CUDA, and its cost is measured per nanosecond. Tests
-hold the two to the same W (``tests/test_transport.py``).
+hold the two to the same W (``tests/test_transport_gpu.py``).
 
 Limits: problems of more than ``MAX_NODES`` (63) points, the bit masks' limit, are not
 solved here: :func:`mwsp_torch.transport.thread_exact_distances` hands every pair whose two

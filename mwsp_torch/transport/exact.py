@@ -8,7 +8,7 @@ integer flows, float64 costs). Pairs run in tiles, which can be checkpointed
 pairs: a thread pool calling the ahead-of-time compiled extension (:mod:`mwsp_torch.compiled`),
 or numba's ``prange`` loop on the JIT path. A pair's value depends neither on its thread
 nor on the path. POT's network simplex (:func:`pot_distances`) is the reference it is
-tested against (``tests/test_transport.py``, 1e-9 relative).
+tested against (``tests/test_transport_exact.py``, 1e-9 relative).
 """
 
 from __future__ import annotations

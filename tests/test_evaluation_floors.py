@@ -1,5 +1,5 @@
 """A selection step stops fitting a C that can no longer win its fold (its floor). The plain
-loops of ``test_protocol_selection.py`` pin what the protocols select; here: the scores kept
+loops of ``test_evaluation_protocols.py`` pin what the protocols select; here: the scores kept
 are the full ones, only what could not win is cut, and the cutting does happen."""
 
 import functools
