@@ -17,6 +17,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GINConv
 
 import mwsp_torch.gnn as gnn
+import mwsp_torch.gnn.training as training
 from mwsp_torch.gnn import (
     DeepMultisets,
     ErricaGIN,
@@ -164,8 +165,8 @@ def test_fit_stops_after_patience_and_keeps_the_best_epochs_weights(monkeypatch)
     graphs, y = _toy(12)
     packed = _packed(graphs, y)
     script = iter([50.0, 70.0, 60.0, 65.0, 70.0, 40.0, 40.0, 40.0, 99.0, 99.0])
-    real = gnn.evaluate
-    monkeypatch.setattr(gnn, "evaluate", lambda model, graphs: (next(script), 0.5, real(model, graphs)[2]))
+    real = training.evaluate  # what fit_classifier calls
+    monkeypatch.setattr(training, "evaluate", lambda model, graphs: (next(script), 0.5, real(model, graphs)[2]))
     snapshots = {}
     model = ErricaGIN(1, 2, hidden_units=[4], dropout=0.0)
 
