@@ -13,6 +13,8 @@ from mwsp_torch.compare import KernelGrid, compare, comparison_data, paired_test
 from mwsp_torch.compare.kernels import kernel_cell_path, run_kernel_cell
 from mwsp_torch.compare.stats import corrected_t_test
 
+from helpers import require_extra
+
 DATA = Path(__file__).parent / "data"
 GRID = KernelGrid(mwsp=((1, 0), (2, 0)), wl_h=(1, 2), lams=(0.1, 1.0), Cs=(0.1, 1.0, 10.0))
 
@@ -81,6 +83,8 @@ def test_a_kernel_cell_never_reads_a_test_folds_labels(mutag, tmp_path):
 
 
 def test_a_comparison_writes_its_table_resumes_and_refuses_another_request(mutag, tmp_path):
+    require_extra("grakel", "kernels")  # WL and SP
+    require_extra("matplotlib", "experiments")  # the figure
     _, _, outer, _, folds = mutag
     run = dict(data_root=DATA, root=tmp_path, splits=folds, grid=GRID, methods=("mwsp", "wl", "sp", "baseline"),
                max_epochs=2, patience=2, n_jobs=1, progress=False)  # fmt: skip
@@ -105,6 +109,8 @@ def test_a_comparison_writes_its_table_resumes_and_refuses_another_request(mutag
 
 
 def test_the_command_line_writes_the_report(mutag, tmp_path, capsys):
+    require_extra("grakel", "kernels")  # WL and SP
+    require_extra("matplotlib", "experiments")  # the figure
     from mwsp_torch.cli import main
 
     _, _, _, _, folds = mutag
