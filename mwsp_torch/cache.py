@@ -26,6 +26,8 @@ from mwsp_torch.datasets import resolve_cache_dir
 from mwsp_torch.graphs import as_graph_list
 from mwsp_torch.labels import LabelScheme, to_graph_set
 
+__all__ = ["CACHE_FORMAT", "cached_distances", "graphs_fingerprint"]
+
 #: Part of every key: raised whenever this library's W for a setting changes (a fix to the
 #: definition, a new default), so matrices of older versions are never served.
 CACHE_FORMAT = 1

@@ -34,6 +34,18 @@ from mwsp_torch.transport.measures import SupportSet, bank_arrays, shared_bank
 from mwsp_torch.transport.solvers import Exact, solver_options
 from mwsp_torch.transport.store import TileStore, stored_tiles
 
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "EXPAND_ROWS",
+    "IN_FLIGHT_PER_THREAD",
+    "TILE_SIZE",
+    "WORKER_ENV",
+    "connect",
+    "dask_distances",
+    "stream_distances",
+    "upper_pairs_between",
+]
+
 #: Pairs per task by default: the in-process engine's tile, so checkpoints are shared.
 TILE_SIZE = 1 << 16
 #: Tasks kept in flight per worker thread: enough that no worker waits for the next tile.

@@ -38,6 +38,8 @@ from mwsp_torch._checks import is_integer, is_positive_number
 from mwsp_torch.estimator import MWSP
 from mwsp_torch.kernel import laplacian_kernel
 
+__all__ = ["LANDMARK_METHODS", "MWSPNystroem", "lam_scales", "nystroem_normalization", "scale_features"]
+
 LANDMARK_METHODS = ("random", "kmeans++")
 
 

@@ -33,6 +33,8 @@ from torch.autograd.function import once_differentiable
 from mwsp_torch.compiled import numba_ready
 from mwsp_torch.transport.dense import dense_exact_transport
 
+__all__ = ["CANCELLATION", "POOLING_COSTS", "WassersteinPooling"]
+
 #: A squared distance from the Gram product under this share of the squared norms it came
 #: from is taken again from differences (:func:`_ground_costs`); above it the product's
 #: relative error is at most about ``eps / CANCELLATION``, 2.3e-10 (as in
