@@ -46,9 +46,8 @@ def choose_exact_engine(
     """The exact engine that ``exact_engine="auto"`` runs.
 
     The thread engine (one pair per CUDA thread) on a CUDA device that both torch and numba
-    can use, the compiled CPU engine otherwise. Measured on NCI1 at d=2, k=0 (all 8.4 M
-    pairs): 4.1-4.9 s on one H100 against 11.4-13.5 s for the compiled engine on that
-    machine's 16 CPU threads (``benchmarks/README.md``). The compiled engine is kept where
+    can use (faster there than the compiled engine on the same machine's CPU threads:
+    ``docs/gpu.md``), the compiled CPU engine otherwise. The compiled engine is kept where
     only it can do the job: with a ``checkpoint`` (the only engine that keeps tiles), or
     when the thread engine's row-to-row distance table would not fit
     :data:`THREAD_TABLE_BYTES` (datasets of large graphs).

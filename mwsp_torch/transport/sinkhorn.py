@@ -84,10 +84,9 @@ def sinkhorn_distances(
             ``"triton"``: queued on the device).
         dtype (str): ``"float64"`` (default) or, with ``backend="triton"`` only,
             ``"float32"`` (experimental): the kernels in single precision, no longer
-            equal to geomloss's float64 value but within 1e-3 relative plus 1e-4 of it (tested on
-            an H100 and under Triton's interpreter), about 3x the pairs per second of
-            float64 on an H100 with the same median error against exact
-            (``benchmarks/README.md``). The result is float64 either way.
+            equal to geomloss's float64 value but within 1e-3 relative plus 1e-4 of it (tested
+            on CUDA and under Triton's interpreter), faster than float64 with the same median
+            error against exact (``docs/gpu.md``). The result is float64 either way.
         diameter (float, optional): where the epsilon schedule starts (default:
             :func:`sinkhorn_diameter` of the whole row bank). A fitted model passes its
             training rows' own, so that a new graph's values do not depend on which other
