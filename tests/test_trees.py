@@ -2,16 +2,20 @@
 exactly its tree, every tree outside the fit is unseen, rare trees join it with
 ``min_graphs``, and the transform is PyG's functional ``tree_ids``."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data.datapipes.iter import IterableWrapper
+from torch_geometric.loader import DataLoader
 
 from mwsp_torch import TreeIDs
 from mwsp_torch.trees import UNSEEN
 
+from helpers import make_data
 from random_graphs import random_graphs
 
 
@@ -75,3 +79,71 @@ def test_attr_name_the_functional_transform_and_bad_arguments():
     with pytest.raises(ValueError, match="not fitted"):
         TreeIDs().indices(np.zeros((2, 2), dtype=np.int64))
     assert repr(TreeIDs(k=2, min_graphs=2)) == "TreeIDs(k=2, labels='auto', min_graphs=2)"
+
+
+# Distinct node labels, as in the cache's tests: paths, stars and cycles of four nodes.
+PATH = [(0, 1), (1, 2), (2, 3)]
+STAR = [(0, 1), (0, 2), (0, 3)]
+CYCLE = [(0, 1), (1, 2), (2, 3), (3, 0)]
+LABELS = [0, 1, 2, 1]
+
+
+def graph(edges):
+    """The undirected graph of ``edges`` on four nodes labelled :data:`LABELS`."""
+    return make_data(len(LABELS), [*edges, *((b, a) for a, b in edges)], LABELS)
+
+
+@pytest.mark.parametrize("k", [1.5, True, None, -1, "1", np.float64(2.0), np.bool_(True)])
+def test_tree_ids_refuses_a_bad_k(k):
+    with pytest.raises(ValueError, match=re.escape(f"k must be an integer >= 0, got {k!r}")):
+        TreeIDs(k=k)
+
+
+@pytest.mark.parametrize("labels", ["bogus", None, 1])
+def test_tree_ids_refuses_bad_labels(labels):
+    message = f"labels must be one of ('auto', 'degree', 'uniform'), got {labels!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TreeIDs(labels=labels)
+
+
+def test_tree_ids_takes_numpy_integers():
+    transform = TreeIDs(k=np.int64(2), labels="degree")
+    assert transform(graph(PATH)).tree_ids.shape == (4, 3)
+
+
+class TransformedGraphs(torch.utils.data.Dataset):
+    """Graphs with a transform applied on access, where the loader reads them (its workers)."""
+
+    def __init__(self, graphs, transform):
+        self.graphs, self.transform = graphs, transform
+
+    def __len__(self):
+        return len(self.graphs)
+
+    def __getitem__(self, index):
+        return self.transform(self.graphs[index])
+
+
+def test_tree_ids_refuses_to_run_in_a_dataloader_worker():
+    loader = DataLoader(TransformedGraphs([graph(PATH), graph(STAR), graph(CYCLE)], TreeIDs(k=1)), num_workers=1)
+    with pytest.raises(RuntimeError, match="TreeIDs runs in DataLoader worker 0 of 1, but it keeps one vocabulary per"):
+        list(loader)
+
+
+def test_tree_ids_in_the_main_process_agree_across_batches():
+    graphs = [graph(PATH), graph(STAR), graph(CYCLE), graph(PATH)]
+    loader = DataLoader(TransformedGraphs(graphs, TreeIDs(k=1)), batch_size=2, num_workers=0)
+    from_loader = torch.cat([batch.tree_ids for batch in loader])
+    reference = TreeIDs(k=1)
+    expected = torch.cat([reference(g).tree_ids for g in graphs])
+    assert torch.equal(from_loader, expected)
+    assert torch.equal(from_loader[:4], from_loader[12:])  # the same graph in another batch, the same IDs
+    # Across all graphs, two nodes share a scale-1 ID iff they have the same depth-1 tree:
+    # their label and the multiset of their neighbours' labels.
+    trees = [
+        (LABELS[v], tuple(sorted(LABELS[u] for u in g.edge_index[1][g.edge_index[0] == v].tolist())))
+        for g in graphs
+        for v in range(g.num_nodes)
+    ]
+    ids = from_loader[:, 1].tolist()
+    assert len(set(trees)) == len(set(ids)) == len(set(zip(trees, ids, strict=True)))

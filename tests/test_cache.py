@@ -1,23 +1,29 @@
-"""The distance cache's key follows what W is computed from, whatever form the graphs take;
-``TreeIDs`` checks its parameters and refuses to run in ``DataLoader`` workers."""
+"""The distance cache (mwsp_torch.cache): its key follows what W is computed from, whatever form
+the graphs take; damaged or foreign files are named and recomputed."""
 
-import re
+import io
+import zipfile
 
 import numpy as np
 import pytest
 import torch
 import torch_geometric.transforms as T
 from torch_geometric.data import Data
-from torch_geometric.loader import DataLoader
 
-from mwsp_torch import MWSP, TreeIDs
+from mwsp_torch import MWSP
 from mwsp_torch.cache import cached_distances, graphs_fingerprint
 from mwsp_torch.transport import Sinkhorn
 
 # Distinct node labels so that W tells paths, stars and cycles apart at d=1, k=0.
 PATH = [(0, 1), (1, 2), (2, 3)]
+
+
 STAR = [(0, 1), (0, 2), (0, 3)]
+
+
 CYCLE = [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
 LABELS = [0, 1, 2, 1]
 
 
@@ -120,62 +126,6 @@ def test_fingerprint_reads_graphs_as_mwsp_does(tmp_path):
     assert graphs_fingerprint(unlabelled, labels="degree") != graphs_fingerprint(unlabelled, labels="uniform")
 
 
-@pytest.mark.parametrize("k", [1.5, True, None, -1, "1", np.float64(2.0), np.bool_(True)])
-def test_tree_ids_refuses_a_bad_k(k):
-    with pytest.raises(ValueError, match=re.escape(f"k must be an integer >= 0, got {k!r}")):
-        TreeIDs(k=k)
-
-
-@pytest.mark.parametrize("labels", ["bogus", None, 1])
-def test_tree_ids_refuses_bad_labels(labels):
-    message = f"labels must be one of ('auto', 'degree', 'uniform'), got {labels!r}"
-    with pytest.raises(ValueError, match=re.escape(message)):
-        TreeIDs(labels=labels)
-
-
-def test_tree_ids_takes_numpy_integers():
-    transform = TreeIDs(k=np.int64(2), labels="degree")
-    assert transform(graph(PATH)).tree_ids.shape == (4, 3)
-
-
-class TransformedGraphs(torch.utils.data.Dataset):
-    """Graphs with a transform applied on access, where the loader reads them (its workers)."""
-
-    def __init__(self, graphs, transform):
-        self.graphs, self.transform = graphs, transform
-
-    def __len__(self):
-        return len(self.graphs)
-
-    def __getitem__(self, index):
-        return self.transform(self.graphs[index])
-
-
-def test_tree_ids_refuses_to_run_in_a_dataloader_worker():
-    loader = DataLoader(TransformedGraphs([graph(PATH), graph(STAR), graph(CYCLE)], TreeIDs(k=1)), num_workers=1)
-    with pytest.raises(RuntimeError, match="TreeIDs runs in DataLoader worker 0 of 1, but it keeps one vocabulary per"):
-        list(loader)
-
-
-def test_tree_ids_in_the_main_process_agree_across_batches():
-    graphs = [graph(PATH), graph(STAR), graph(CYCLE), graph(PATH)]
-    loader = DataLoader(TransformedGraphs(graphs, TreeIDs(k=1)), batch_size=2, num_workers=0)
-    from_loader = torch.cat([batch.tree_ids for batch in loader])
-    reference = TreeIDs(k=1)
-    expected = torch.cat([reference(g).tree_ids for g in graphs])
-    assert torch.equal(from_loader, expected)
-    assert torch.equal(from_loader[:4], from_loader[12:])  # the same graph in another batch, the same IDs
-    # Across all graphs, two nodes share a scale-1 ID iff they have the same depth-1 tree:
-    # their label and the multiset of their neighbours' labels.
-    trees = [
-        (LABELS[v], tuple(sorted(LABELS[u] for u in g.edge_index[1][g.edge_index[0] == v].tolist())))
-        for g in graphs
-        for v in range(g.num_nodes)
-    ]
-    ids = from_loader[:, 1].tolist()
-    assert len(set(trees)) == len(set(ids)) == len(set(zip(trees, ids, strict=True)))
-
-
 def test_a_cache_hit_returns_the_fits_timings_with_sinkhorn_error(tmp_path):
     graphs = [
         Data(
@@ -227,3 +177,128 @@ def test_every_setting_w_depends_on_is_in_the_cache_key(tmp_path):
             np.testing.assert_allclose(served, expected, rtol=1e-12, atol=1e-15, err_msg=name)
             assert np.abs(expected - first).max() > 1e-3, name  # the change matters on these graphs
             assert cached_distances(model(**params), unlabelled, "toy", cache_dir=tmp_path)[1]["cached"], name
+
+
+def test_distance_cache_is_keyed_by_graph_content(mutag, tmp_path):
+    graphs = mutag[0][:12]
+    first, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    again, timings_again = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    assert not timings["cached"] and timings_again["cached"]
+    np.testing.assert_array_equal(again, first)
+    # Same name, same size, other labels (another copy of the raw files): computed, not served.
+    relabelled = [g.clone() for g in graphs]
+    for g in relabelled:
+        g.node_label = torch.zeros_like(g.node_label)
+        g.x = torch.ones_like(g.x[:, :1])
+    other, timings_other = cached_distances(MWSP(d=2, k=0), relabelled, "MUTAG", cache_dir=tmp_path)
+    assert not timings_other["cached"]
+    np.testing.assert_array_equal(other, MWSP(d=2, k=0).fit(relabelled).distances_)
+    assert not np.array_equal(other, first)
+
+
+def test_damaged_distance_cache_is_named_and_recomputed(mutag, tmp_path):
+    graphs = mutag[0][:8]
+    first, _ = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    stored.write_bytes(stored.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read"):
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+    assert cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+
+
+def _bare_npy(path):
+    """A bare ``.npy`` array in the archive's place (``np.load`` then returns the array)."""
+    with open(path, "wb") as handle:
+        np.save(handle, np.zeros((8, 8)))
+
+
+def _damaged_header(path):
+    """The archive rewritten with a ``distances.npy`` whose header is damaged (its dtype
+    ``'<f8'`` made ``',f8'``) but whose zip checksum is right, as another writer might leave
+    it: numpy's header parser raises SyntaxError."""
+    with np.load(path) as stored:
+        entries = {name: stored[name] for name in stored.files}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, values in entries.items():
+            buffer = io.BytesIO()
+            np.save(buffer, values)
+            data = buffer.getvalue()
+            if name == "distances":
+                data = data.replace(b"'<f8'", b"',f8'", 1)
+            archive.writestr(f"{name}.npy", data)
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [(_bare_npy, "not an .npz archive but a bare ndarray"), (_damaged_header, "invalid syntax")],
+    ids=["a-bare-npy", "a-damaged-header"],
+)
+def test_a_cache_file_that_is_not_an_npz_of_arrays_is_recomputed(mutag, tmp_path, damage, problem):
+    graphs = mutag[0][:8]
+    first, _ = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    damage(stored)
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read \\(.*{problem}"):
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (lambda w: w[:3, :3], r"shape \(3, 3\), not \(8, 8\)"),
+        (lambda w: w.astype(np.float32), "float32 matrix"),
+        (lambda w: np.where(np.eye(len(w), k=1, dtype=bool), np.nan, w), "not finite and >= 0"),
+        (lambda w: w + np.triu(np.full_like(w, 1e-3), 1), "not symmetric with a zero diagonal"),
+        (lambda w: w + np.eye(len(w)), "not symmetric with a zero diagonal"),
+    ],
+    ids=["shape", "dtype", "nan", "asymmetric", "diagonal"],
+)
+def test_a_readable_cache_file_with_wrong_contents_is_recomputed(mutag, tmp_path, content, problem):
+    graphs = mutag[0][:8]
+    first, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    (stored,) = (tmp_path / "distances").glob("MUTAG-d2-k0-*.npz")
+    np.savez(stored, distances=content(first), features=1.0, transport=1.0)  # valid npz, wrong W
+    with pytest.warns(UserWarning, match=f"cached distances {stored} cannot be read .*{problem}"):
+        again, timings = cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    assert not timings["cached"]
+    np.testing.assert_array_equal(again, first)
+
+
+def test_the_cache_key_holds_the_format_and_the_name_stays_in_the_cache(mutag, tmp_path, monkeypatch):
+    import mwsp_torch.cache as cache
+
+    graphs = mutag[0][:6]
+    assert not cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+    assert cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+    monkeypatch.setattr(cache, "CACHE_FORMAT", cache.CACHE_FORMAT + 1)  # a release whose W differs
+    assert not cached_distances(MWSP(d=1, k=0), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+    for name in ("../MUTAG", "a/b", "..", "", None):
+        with pytest.raises(ValueError, match="dataset must be a plain name"):
+            cached_distances(MWSP(d=1, k=0), graphs, name, cache_dir=tmp_path / "inner")
+    assert not (tmp_path / "inner").exists()
+
+
+def test_sinkhorn_scaling_is_part_of_the_cache_key(mutag, tmp_path):
+    graphs = mutag[0][:6]
+
+    def model(scaling):
+        return MWSP(d=2, k=0, solver=Sinkhorn(blur=0.05, scaling=scaling))
+
+    coarse, first = cached_distances(model(0.5), graphs, "MUTAG", cache_dir=tmp_path)
+    fine, second = cached_distances(model(0.9), graphs, "MUTAG", cache_dir=tmp_path)
+    assert not first["cached"] and not second["cached"]
+    assert np.abs(coarse - fine).max() > 1e-6  # another W, not the first one served again
+    assert cached_distances(model(0.5), graphs, "MUTAG", cache_dir=tmp_path)[1]["cached"]
+
+
+def test_cached_distances_check_parameters_on_a_cache_hit(mutag, tmp_path):
+    graphs = mutag[0][:8]
+    cached_distances(MWSP(d=2, k=0), graphs, "MUTAG", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="n_jobs must be an integer >= 1, or -1"):
+        cached_distances(MWSP(d=2, k=0, n_jobs=0), graphs, "MUTAG", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="checkpoint is only kept by the compiled exact engine"):
+        cached_distances(MWSP(d=2, k=0, solver="sinkhorn", checkpoint="ckpt"), graphs, "MUTAG", cache_dir=tmp_path)
