@@ -19,8 +19,8 @@ The models are PyG's own layers (``GINConv``, ``global_add_pool``/``global_mean_
 
 :func:`train_classifier` trains either with Adam on cross-entropy and early stopping on a
 validation set's accuracy (ties: its loss), as Errica et al. select; :func:`graph_embeddings`
-gives a trained GIN's graph embeddings of new graphs, from which
-``experiments/gnn_vs_kernel.py`` builds the RBF kernel it fuses with MWSP's.
+gives a trained GIN's graph embeddings of new graphs. (The comparison's fusion,
+:mod:`mwsp_torch.compare.fusion`, fuses MWSP's kernel with cross-fitted class probabilities.)
 
 Errica et al.'s own models and training, for :mod:`mwsp_torch.gnn_protocol`:
 
