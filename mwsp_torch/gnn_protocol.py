@@ -26,6 +26,8 @@ Grids and budgets come in profiles (:data:`PROFILES`):
   The subset, the cap and their cost are in ``docs/gnn_vs_kernel.md``.
 - ``"cpu-1000"``: the ``"cpu"`` grids with their budget (1000 epochs, patience 500), to show
   on a few folds that the cap does not decide the result.
+- ``"cpu-errica-dropout"`` (GIN only): ``"cpu"`` with their first stage's dropout left on in
+  evaluation, as their code has it, to measure what that difference does to the score.
 
 :func:`run_gnn_cell` keeps one fold's result as a JSON cell (``DATASET/METHOD/fold-NN.json``
 under a results folder, :func:`cell_path`) and returns it on the next call, refusing a cell
@@ -196,6 +198,11 @@ PROFILES = {
         "baseline": {"grid": _BASELINE_CPU, "max_epochs": 3000, "patience": 500},
         **{m: {"grid": _pooling_grid(_GIN_CPU_GRID), "max_epochs": 1000, "patience": 500} for m in POOLING_METHODS},
     },
+    # A diagnostic, GIN only: the `cpu` protocol with their first stage's dropout left on in
+    # evaluation, as their GIN.py does, to measure what that oversight costs (docs/gnn_vs_kernel.md).
+    "cpu-errica-dropout": {
+        "gin": {"grid": _GIN_CPU_GRID, "max_epochs": 300, "patience": 500, "fixed": {"first_dropout_at_eval": True}},
+    },
 }
 
 RETRAINS = 3
@@ -240,9 +247,12 @@ def protocol_of(method: str, dataset: str | None = None, profile: str = "cpu") -
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    if method not in PROFILES[profile]:
+        raise ValueError(f"profile {profile!r} has no protocol for {method!r}; it has {sorted(PROFILES[profile])}")
     spec = PROFILES[profile][method]
     if method == "gin" or method in POOLING_METHODS:
         fixed = dict(_GIN_FIXED) if method == "gin" else dict(_POOL_FIXED[method])
+        fixed.update(spec.get("fixed", {}))
         return {"grid": spec["grid"], "fixed": fixed, "max_epochs": spec["max_epochs"],
                 "patience": spec["patience"], "profile": profile}  # fmt: skip
     family_grid, family_epochs = _BASELINE_GRIDS[BASELINE_FAMILY.get(dataset or "", "chemical")]
@@ -257,10 +267,12 @@ def build_model(
     """The model of one grid setting: :class:`~mwsp_torch.gnn.ErricaGIN` for ``"gin"``, the
     baseline its ``setting["model"]`` names for ``"baseline"``, and for the template-pooling
     methods :class:`~mwsp_torch.gnn.GINTemplatePooling` with the pooling of ``fixed`` (default:
-    the method's), its Wasserstein solver on torch's thread count (the result does not depend on it)."""
+    the method's), its Wasserstein solver on torch's thread count (the result does not depend on it).
+    ``fixed["first_dropout_at_eval"]`` (profile ``cpu-errica-dropout``) gives GIN their evaluation-time dropout."""
     if method == "gin":
         return ErricaGIN(in_dim, num_classes, hidden_units=setting["hidden_units"], train_eps=setting["train_eps"],
-                         aggregation=setting["aggregation"], dropout=setting["dropout"])  # fmt: skip
+                         aggregation=setting["aggregation"], dropout=setting["dropout"],
+                         first_dropout_at_eval=bool((fixed or {}).get("first_dropout_at_eval", False)))  # fmt: skip
     if method in POOLING_METHODS:
         fixed = _POOL_FIXED[method] if fixed is None else fixed
         return GINTemplatePooling(
@@ -277,7 +289,7 @@ def build_model(
 
 def _train_one(method, setting, fixed, budget, in_dim, num_classes, train, validation, seed, device):
     torch.manual_seed(seed)
-    model = build_model(method, setting, in_dim, num_classes, fixed if method in POOLING_METHODS else None)
+    model = build_model(method, setting, in_dim, num_classes, fixed)
     if method == "baseline" and setting["model"] == "molecular_fingerprint":
         train, validation = train.pooled(), validation.pooled()  # it reads only each graph's sum
     log = fit_classifier(

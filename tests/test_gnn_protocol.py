@@ -111,6 +111,16 @@ def test_errica_gin_layer_equals_pyg_ginconv_and_reads_out_as_theirs():
     assert torch.allclose(model(b.x, b.edge_index, b.batch, b.num_graphs), expected, atol=1e-5)
     frozen = ErricaGIN(4, 2, hidden_units=[5], train_eps=False)
     assert "eps" not in dict(frozen.named_parameters()) and float(frozen.eps[0]) == 0.0
+    # Their evaluation-time dropout, on request: stage 0's scores dropped (zeroed or doubled)
+    # while the later stages stay deterministic.
+    theirs = ErricaGIN(4, 2, hidden_units=[5, 5], aggregation="mean", dropout=0.5, first_dropout_at_eval=True)
+    theirs.load_state_dict(model.state_dict())
+    theirs.eval()
+    torch.manual_seed(1)
+    out = theirs(b.x, b.edge_index, b.batch, b.num_graphs)
+    rest = model.linears[1](mean(h1)) + model.linears[2](mean(h2))
+    first = (out - rest) / mean(model.linears[0](h0))
+    assert torch.allclose(first, first.round(), atol=1e-3) and set(first.round().unique().tolist()) == {0.0, 2.0}
 
 
 def test_errica_node_features_labels_attributes_and_degrees(fixture_root, cache_dir):
@@ -263,7 +273,7 @@ def test_cells_resume_and_refuse_another_grid_or_split(tmp_path):
 
 def test_profiles_hold_errica_grids_and_the_cpu_subset():
     sizes = {(m, d, p): len(grid_settings(protocol_of(m, d, p)["grid"])) for m in ("gin", "baseline")
-             for d in ("NCI1", "ENZYMES", "IMDB-BINARY") for p in PROFILES}  # fmt: skip
+             for d in ("NCI1", "ENZYMES", "IMDB-BINARY") for p in PROFILES if m in PROFILES[p]}  # fmt: skip
     assert sizes[("gin", "NCI1", "errica")] == 128 and sizes[("gin", "NCI1", "cpu")] == 4
     assert sizes[("baseline", "NCI1", "errica")] == 108 and sizes[("baseline", "ENZYMES", "errica")] == 72
     assert sizes[("baseline", "IMDB-BINARY", "errica")] == 108
@@ -278,6 +288,12 @@ def test_profiles_hold_errica_grids_and_the_cpu_subset():
     # The cap study runs the CPU grids, only with Errica's budget.
     assert protocol_of("gin", "NCI1", "cpu-1000")["grid"] == protocol_of("gin", "NCI1", "cpu")["grid"]
     assert protocol_of("gin", "NCI1", "cpu-1000")["max_epochs"] == 1000
+    # The dropout diagnostic is `cpu` but for their evaluation-time dropout, and GIN only.
+    diagnostic, cpu = protocol_of("gin", "ENZYMES", "cpu-errica-dropout"), protocol_of("gin", "ENZYMES", "cpu")
+    assert diagnostic["fixed"] == {**cpu["fixed"], "first_dropout_at_eval": True}
+    assert (diagnostic["grid"], diagnostic["max_epochs"]) == (cpu["grid"], cpu["max_epochs"])
+    with pytest.raises(ValueError, match="no protocol for 'baseline'"):
+        protocol_of("baseline", "ENZYMES", "cpu-errica-dropout")
 
 
 def test_bad_folds_are_refused_naming_the_fault():

@@ -141,8 +141,9 @@ class ErricaGIN(nn.Module):
     ``hidden_units``; each of these ``1 + len(hidden_units)`` stages is read out graph-wise
     (sum or mean), mapped to class scores by its own linear layer, dropped out, and the scores
     summed. As theirs, the first stage is mapped before it is read out, the others after. Their
-    first stage's dropout also acts at evaluation (``F.dropout`` without ``training=``), an
-    oversight not copied here: evaluation is deterministic.
+    first stage's dropout also acts at evaluation (``F.dropout`` without ``training=``); here
+    evaluation is deterministic unless ``first_dropout_at_eval`` asks for theirs (profile
+    ``cpu-errica-dropout`` of :mod:`mwsp_torch.gnn_protocol`, which measures what it costs).
 
     Args:
         in_dim (int): node input width.
@@ -151,6 +152,8 @@ class ErricaGIN(nn.Module):
         train_eps (bool): learn ``eps`` (initially 0) (default ``True``).
         aggregation (str): graph readout, ``"sum"`` or ``"mean"`` (default ``"sum"``).
         dropout (float): dropout on each stage's class scores (default ``0.5``).
+        first_dropout_at_eval (bool): drop the first stage's class scores in evaluation too,
+            as their code does (default ``False``).
     """
 
     def __init__(
@@ -161,11 +164,13 @@ class ErricaGIN(nn.Module):
         train_eps: bool = True,
         aggregation: str = "sum",
         dropout: float = 0.5,
+        first_dropout_at_eval: bool = False,
     ) -> None:
         super().__init__()
         if aggregation not in READOUTS:
             raise ValueError(f"aggregation must be one of {READOUTS}, got {aggregation!r}")
         self.aggregation, self.dropout = aggregation, float(dropout)
+        self.first_dropout_at_eval = bool(first_dropout_at_eval)
         dims = _gin_stages(self, in_dim, hidden_units, train_eps)
         self.linears = nn.ModuleList(nn.Linear(d, num_classes) for d in dims)
 
@@ -180,7 +185,7 @@ class ErricaGIN(nn.Module):
         for stage, h in enumerate(_gin_node_states(self, x, edge_index)):
             if stage == 0:
                 out = drop(graph_readout(self.linears[0](h), batch, num_graphs, self.aggregation), self.dropout,
-                           self.training)  # fmt: skip
+                           self.training or self.first_dropout_at_eval)  # fmt: skip
             else:
                 pooled = graph_readout(h, batch, num_graphs, self.aggregation)
                 out = out + drop(self.linears[stage](pooled), self.dropout, self.training)
