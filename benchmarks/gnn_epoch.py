@@ -29,8 +29,8 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from mwsp_torch.datasets import load_dataset
-from mwsp_torch.gnn import ErricaGIN, PackedGraphs, errica_node_features, fit_classifier
-from mwsp_torch.gnn_protocol import ERRICA_DATA, ERRICA_SPLIT_FILES
+from mwsp_torch.gnn import ErricaGIN, PackedGraphs, fit_classifier
+from mwsp_torch.gnn_protocol import ERRICA_DATA, ERRICA_SPLIT_FILES, dataset_node_features
 from mwsp_torch.splits import load_errica_splits
 
 HERE = Path(__file__).resolve().parent
@@ -55,7 +55,7 @@ def measure(name: str, splits_dir: Path, batch_size: int, epochs: int, hidden: l
     graphs, y = load_dataset(ERRICA_DATA.get(name, name))
     splits = load_errica_splits(splits_dir / ERRICA_SPLIT_FILES[name], y=y)
     fold = splits.folds[0]
-    x = errica_node_features(graphs)
+    x = dataset_node_features(graphs, name)
     packed = PackedGraphs(x, [g.edge_index for g in graphs], y)
     train, valid = packed.subset(fold.inner_train), packed.subset(fold.validation)
     classes = int(y.max()) + 1

@@ -13,7 +13,7 @@ and selected by the same code.
 Folds: Errica et al.'s own split files (``--splits-dir``, their ``data_splits/``) for NCI1,
 PROTEINS (PROTEINS_full's nodes), DD, ENZYMES, IMDB-BINARY and REDDIT-BINARY (degree folds);
 the project's seed-42 files (``--folds-dir``, drawn there if missing) for the others (MUTAG,
-PTC_MR). Node inputs: :func:`mwsp_torch.gnn.errica_node_features`; ``gin_pool_tree_ids``:
+PTC_MR). Node inputs: :func:`mwsp_torch.gnn_protocol.dataset_node_features`; ``gin_pool_tree_ids``:
 MWSP's tree IDs fitted on each fold's training graphs
 (:func:`mwsp_torch.gnn_protocol.tree_id_fold_inputs`).
 
@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from mwsp_torch.compare.report import ERRICA_PUBLISHED as ERRICA
 from mwsp_torch.datasets import load_dataset
-from mwsp_torch.gnn import PackedGraphs, errica_node_features
+from mwsp_torch.gnn import PackedGraphs
 from mwsp_torch.gnn_protocol import (
     ERRICA_DATA,
     ERRICA_SPLIT_FILES,
@@ -46,6 +46,7 @@ from mwsp_torch.gnn_protocol import (
     RETRAINS,
     TREE_ID_METHODS,
     cell_path,
+    dataset_node_features,
     grid_settings,
     protocol_of,
     run_gnn_cell,
@@ -77,7 +78,7 @@ def dataset_inputs(name: str, args):
         splits = load_errica_splits(Path(args.splits_dir) / ERRICA_SPLIT_FILES[name], y=y)
     else:
         splits = ensure_splits(Path(args.folds_dir) / f"{name}.json", y, name)
-    packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)
+    packed = PackedGraphs(dataset_node_features(graphs, name), [g.edge_index for g in graphs], y)
     return packed, y, splits, graphs
 
 

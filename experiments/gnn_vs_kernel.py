@@ -32,8 +32,10 @@ RESULTS = HERE / "results"
 DATASETS = ("MUTAG", "PTC_MR", "ENZYMES", "IMDB-BINARY", "PROTEINS", "NCI1", "DD", "REDDIT-BINARY")
 #: The project's split files, where Errica et al. published none.
 OWN_SPLITS = {"MUTAG", "PTC_MR"}
-#: Datasets whose GNN inputs carry continuous attributes: MWSP runs with them too.
-ATTRIBUTED = {"ENZYMES", "PROTEINS"}
+#: Datasets whose GNN inputs carry continuous attributes: MWSP runs with them too. Errica et
+#: al.'s PROTEINS nodes are the labels only (``gnn_protocol.ERRICA_LABELS_ONLY``), so there
+#: every method reads labels.
+ATTRIBUTED = {"ENZYMES"}
 METHODS = ("mwsp", "mwsp_attributes", "wl", "sp", "gin", "baseline", "fusion", "gin_pool", "gin_pool_tree_ids")
 #: The kernels' grids (``mwsp compare``'s defaults with --attributes-k 0): attribute W costs
 #: several times label W, so mwsp_attributes searches k = 0 only.

@@ -65,6 +65,7 @@ from mwsp_torch.trees import TreeIDs
 __all__ = [
     "BASELINE_FAMILY",
     "ERRICA_DATA",
+    "ERRICA_LABELS_ONLY",
     "ERRICA_SPLIT_FILES",
     "METHODS",
     "POOLING_METHODS",
@@ -73,6 +74,7 @@ __all__ = [
     "CellMismatchError",
     "build_model",
     "cell_path",
+    "dataset_node_features",
     "grid_settings",
     "protocol_of",
     "run_gnn_cell",
@@ -96,9 +98,21 @@ ERRICA_SPLIT_FILES = {
     "REDDIT-BINARY": "COLLABORATIVE_DEGREE/REDDIT-BINARY_splits.json",
 }
 
-#: The TU dataset whose nodes Errica et al.'s inputs read, where it is not the dataset's name:
-#: their PROTEINS is PROTEINS_full (the same 1,113 graphs, with the 29 continuous attributes).
+#: The TU dataset Errica et al.'s split file indexes, where it is not the dataset's name:
+#: their PROTEINS is PROTEINS_full (the same 1,113 graphs and labels, with 29 attributes).
 ERRICA_DATA = {"PROTEINS": "PROTEINS_full"}
+#: Datasets whose continuous node attributes Errica et al.'s GNNs do not read although the
+#: files carry them: their ``PrepareDatasets.py`` turns attributes on for ENZYMES only, and
+#: their PROTEINS_full has 3 input features (``datasets/manager.py``), the one-hot labels.
+ERRICA_LABELS_ONLY = frozenset({"PROTEINS"})
+
+
+def dataset_node_features(graphs: Sequence[Data], dataset: str | None = None) -> list[torch.Tensor]:
+    """The node inputs the GNNs of a comparison read on ``dataset``: Errica et al.'s
+    (:func:`~mwsp_torch.gnn.errica_node_features`), with the attributes where the graphs carry
+    them, except on the datasets where they left them out (:data:`ERRICA_LABELS_ONLY`)."""
+    return errica_node_features(graphs, attributes=dataset not in ERRICA_LABELS_ONLY)
+
 
 #: Which of their baseline configs a dataset takes (``config_Baseline*.yml``); others: chemical.
 BASELINE_FAMILY = {"ENZYMES": "enzymes", "IMDB-BINARY": "imdb", "REDDIT-BINARY": "social"}
@@ -350,7 +364,7 @@ def run_gnn_fold(
 
     Args:
         graphs (Sequence[Data] | PackedGraphs): the dataset's graphs, whose node inputs are
-            :func:`~mwsp_torch.gnn.errica_node_features` (computed here from ``Data``), or
+            :func:`dataset_node_features` (computed here from ``Data``), or
             already packed node inputs (indexed as ``y``). The tree-ID methods
             (:data:`TREE_ID_METHODS`) take ``Data`` only: their inputs are fitted here, on the
             fold's training part (:func:`tree_id_fold_inputs`).
@@ -424,7 +438,7 @@ def run_gnn_fold(
     elif isinstance(graphs, PackedGraphs):
         packed = graphs
     else:
-        packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], y)
+        packed = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
     if len(packed) != len(y):
         raise ValueError(f"{len(packed)} packed graphs but {len(y)} labels")
     num_classes = int(y.max()) + 1
@@ -517,13 +531,14 @@ def cell_path(root: str | os.PathLike, dataset: str, method: str, fold: int) -> 
     return Path(root) / dataset / method / f"fold-{int(fold):02d}.json"
 
 
-def _request(method, dataset, profile, grid, max_epochs, patience, seed, split_sha256, fold) -> dict:
+def _request(method, dataset, profile, grid, max_epochs, patience, seed, split_sha256, fold, input_width) -> dict:
     protocol = protocol_of(method, dataset, profile)
     request = {
         "format": CELL_FORMAT,
         "dataset": dataset,
         "method": method,
         "fold": int(fold),
+        "input_width": input_width,
         "profile": profile,
         "grid": grid if grid is not None else protocol["grid"],
         "fixed": protocol["fixed"],
@@ -557,7 +572,8 @@ def run_gnn_cell(
     """:func:`run_gnn_fold` kept as one JSON cell, :func:`cell_path` under ``root``.
 
     A cell already there is returned as it is when it was computed under the same request
-    (method, dataset, fold, profile, grid, fixed parameters, budget, seed, split file);
+    (method, dataset, fold, node inputs' width, profile, grid, fixed parameters, budget, seed,
+    split file);
     one of another request is refused, so that a table never mixes protocols; ``force``
     recomputes it. The cell is written whole (a temporary file renamed), so a killed run
     leaves either the old cell or none.
@@ -591,7 +607,12 @@ def run_gnn_cell(
         >>> a["computed"], b["computed"], a["accuracy"] == b["accuracy"]
         (True, False, True)
     """
-    request = _request(method, dataset, profile, grid, max_epochs, patience, seed, split_sha256, fold_index)
+    if method not in TREE_ID_METHODS and not isinstance(graphs, PackedGraphs):
+        graphs = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
+    # The node inputs' width is part of the request (tree IDs: fitted per fold, named by `fixed`),
+    # so that a cell computed on other inputs is refused, not reused.
+    width = None if method in TREE_ID_METHODS else int(graphs.x.shape[1])
+    request = _request(method, dataset, profile, grid, max_epochs, patience, seed, split_sha256, fold_index, width)
     path = cell_path(root, dataset, method, fold_index)
     if path.is_file() and not force:
         cell = json.loads(path.read_text())

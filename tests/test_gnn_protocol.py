@@ -31,6 +31,7 @@ from mwsp_torch.gnn_protocol import (
     PROFILES,
     CellMismatchError,
     cell_path,
+    dataset_node_features,
     grid_settings,
     protocol_of,
     run_gnn_cell,
@@ -133,12 +134,17 @@ def test_errica_node_features_labels_attributes_and_degrees(fixture_root, cache_
     labels = enzymes[0].node_label.reshape(-1)
     assert torch.equal(x[0][:, 18:].argmax(1), labels - min(int(g.node_label.min()) for g in enzymes))
     assert errica_node_features(enzymes, attributes=False)[0].shape[1] == 3
-    # No node labels: one-hot degrees from 0 to the largest degree.
+    # No node labels: the degree as one feature (their --use-degree): distinct neighbours, a
+    # self-loop twice (networkx's Graph.degree), an edge listed once or in both directions alike.
     star = Data(edge_index=torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]]), num_nodes=4)
     pair = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
-    degrees = errica_node_features([star, pair])
-    assert degrees[0].tolist() == [[0, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0]]
-    assert degrees[1].tolist() == [[0, 1, 0, 0], [0, 1, 0, 0]]
+    loop = Data(edge_index=torch.tensor([[0, 0, 0, 1], [1, 1, 0, 2]]), num_nodes=4)
+    degrees = errica_node_features([star, pair, loop])
+    assert [d.tolist() for d in degrees] == [[[3], [1], [1], [1]], [[1], [1]], [[3], [2], [1], [0]]]
+    # Which datasets read the attributes is Errica et al.'s rule: PROTEINS_full's are left out.
+    assert dataset_node_features(enzymes, "ENZYMES")[0].shape[1] == 21
+    assert dataset_node_features(enzymes, None)[0].shape[1] == 21
+    assert torch.equal(dataset_node_features(enzymes, "PROTEINS")[0], x[0][:, 18:])
     with pytest.raises(ValueError, match="graph 1 lacks node_label"):
         errica_node_features([make_data(2, [[0, 1]], [0, 1]), pair])
 
@@ -265,6 +271,9 @@ def test_cells_resume_and_refuse_another_grid_or_split(tmp_path):
         run_gnn_cell(tmp_path, graphs, y, fold, 3, **{**kwargs, "split_sha256": "def"})
     with pytest.raises(CellMismatchError, match="max_epochs, profile differ"):
         run_gnn_cell(tmp_path, graphs, y, fold, 3, **{**kwargs, "profile": "cpu-1000", "max_epochs": 5})
+    wider = PackedGraphs([torch.ones(g.num_nodes, 2) for g in graphs], [g.edge_index for g in graphs], y)
+    with pytest.raises(CellMismatchError, match="input_width differ"):  # other node inputs
+        run_gnn_cell(tmp_path, wider, y, fold, 3, **kwargs)
     assert path.stat().st_mtime_ns == stamp  # refusals leave the cell alone
     forced = run_gnn_cell(tmp_path, graphs, y, fold, 3, force=True, **kwargs)
     assert forced["computed"] and forced["accuracy"] == first["accuracy"]  # seeded: the same result

@@ -326,7 +326,8 @@ def run_fusion_cell(
         The cell: as :func:`~mwsp_torch.compare.kernels.run_kernel_cell`'s (``selected`` with
         ``d, k, a, lam, gamma, C``; ``None`` where a candidate has none), plus ``computed``.
     """
-    from mwsp_torch.gnn import PackedGraphs, errica_node_features
+    from mwsp_torch.gnn import PackedGraphs
+    from mwsp_torch.gnn_protocol import dataset_node_features
 
     grid, fusion = grid or KernelGrid(), fusion or FusionGrid()
     y = np.asarray(y)
@@ -354,7 +355,9 @@ def run_fusion_cell(
             gin_seconds += float(stored["seconds"])
         else:
             if packed is None:  # labels zero: the networks read only the labels they are given
-                packed = PackedGraphs(errica_node_features(graphs), [g.edge_index for g in graphs], np.zeros(len(y)))
+                packed = PackedGraphs(
+                    dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], np.zeros(len(y))
+                )
             start = time.perf_counter()
             probabilities = fold_probabilities(
                 packed, y, train, test, inner_splits, num_classes, seed=1000 * f, setting=gin["setting"],

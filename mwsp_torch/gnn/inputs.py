@@ -95,10 +95,11 @@ def errica_node_features(graphs: Sequence[Data], attributes: bool = True) -> lis
 
     One-hot node labels (``node_label``, one column per label value from the smallest to the
     largest in the dataset), preceded by the continuous ``node_attr`` where the graphs carry
-    them and ``attributes`` is true (ENZYMES: 18 + 3 = 21 features; PROTEINS_full: 29 + 3);
-    on graphs without node labels, the one-hot degree (0 to the dataset's largest degree), as
-    their ``COLLABORATIVE_DEGREE`` setting. The widths come from the whole dataset's labels and
-    degrees (no class label is read), as theirs do.
+    them and ``attributes`` is true (ENZYMES: 18 + 3 = 21 features); on graphs without node
+    labels, the node's degree as one feature, as their ``--use-degree`` (``COLLABORATIVE_DEGREE``)
+    setting builds it (``Graph.get_x``). The widths come from the whole dataset's labels (no
+    class label is read), as theirs do. Which datasets they read attributes on is theirs to
+    say, not the files': :func:`mwsp_torch.gnn_protocol.dataset_node_features`.
 
     Args:
         graphs (Sequence[Data]): the dataset's graphs (:func:`mwsp_torch.datasets.load_dataset`).
@@ -117,6 +118,8 @@ def errica_node_features(graphs: Sequence[Data], attributes: bool = True) -> lis
         >>> g = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2, node_label=torch.tensor([1, 3]))
         >>> errica_node_features([g])[0].tolist()
         [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+        >>> errica_node_features([Data(edge_index=torch.tensor([[0, 0, 1, 2], [1, 2, 0, 0]]), num_nodes=3)])[0].tolist()
+        [[2.0], [1.0], [1.0]]
     """
     if not graphs:
         return []
@@ -130,17 +133,34 @@ def errica_node_features(graphs: Sequence[Data], attributes: bool = True) -> lis
         for g, data in enumerate(graphs):
             if "node_attr" not in data or data.node_attr.dim() != 2 or data.node_attr.shape[1] != width:
                 raise ValueError(f"graph {g}: node_attr missing or not [num_nodes, {width}], unlike graph 0")
-    if labelled[0]:
-        codes = [g.node_label.reshape(g.num_nodes, -1)[:, 0].long() for g in graphs]
-    else:
-        codes = [torch.bincount(g.edge_index[0], minlength=g.num_nodes).long() for g in graphs]
-    low = 0 if not labelled[0] else min(int(c.min()) for c in codes if c.numel())
+    if not labelled[0]:  # their degree feature, after the attributes where read
+        degrees = [_degrees(g).float().unsqueeze(1) for g in graphs]
+        return (
+            [torch.cat([g.node_attr.float(), d], dim=1) for g, d in zip(graphs, degrees, strict=True)]
+            if use_attr
+            else degrees
+        )
+    codes = [g.node_label.reshape(g.num_nodes, -1)[:, 0].long() for g in graphs]
+    low = min(int(c.min()) for c in codes if c.numel())
     high = max((int(c.max()) for c in codes if c.numel()), default=low)
     out = []
     for data, code in zip(graphs, codes, strict=True):
         one_hot = nn.functional.one_hot(code - low, high - low + 1).float()
         out.append(torch.cat([data.node_attr.float(), one_hot], dim=1) if use_attr else one_hot)
     return out
+
+
+def _degrees(graph: Data) -> torch.Tensor:
+    """Each node's degree as networkx's ``Graph.degree`` gives it on the simple graph their
+    loader builds from the edge list: distinct neighbours, a self-loop counted twice."""
+    edges = graph.edge_index
+    loops = edges[0][edges[0] == edges[1]].unique()
+    edges = edges[:, edges[0] != edges[1]]
+    if edges.numel():
+        edges = torch.unique(torch.cat([edges, edges.flip(0)], dim=1), dim=1)
+    degree = torch.bincount(edges[0], minlength=graph.num_nodes)
+    degree[loops] += 2
+    return degree
 
 
 def tree_id_features(graphs: Sequence[Data], tree_ids: TreeIDs, attributes: bool = True) -> list[torch.Tensor]:
