@@ -87,8 +87,8 @@ def __getattr__(name: str):
 def comparison_data(dataset: str, data_root=None, splits: str | Path | None = None, seed: int = 42):
     """``(graphs, y, outer splits, label policy, the TU dataset read)`` of a comparison.
 
-    The graphs are those Errica et al.'s inputs read (PROTEINS: PROTEINS_full, the same
-    graphs with their attributes); ``splits`` a split file of either format, else Errica
+    The graphs are those Errica et al.'s split file indexes (PROTEINS: PROTEINS_full, the same
+    graphs and labels); ``splits`` a split file of either format, else Errica
     et al.'s file for their datasets (``$MWSP_ERRICA_SPLITS`` or ``../shared/errica_splits``
     beside the data root), else the project's file drawn by ``seed`` under the cache
     directory."""
