@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sklearn.svm import SVC
 
 from mwsp_torch.compare import KernelGrid, compare, comparison_data
@@ -198,6 +199,11 @@ def test_cells_resume_without_training_and_refuse_another_request(mutag, plain, 
     options = {"dataset": "MUTAG", "labels": labels, "grid": GRID, "n_jobs": 1, "progress": False}
     again = run_fusion_cell(root, graphs, y, outer, fusion=TINY, **options)
     assert not again["computed"] and again["folds"] == first["folds"]
+    wider = [g.clone() for g in graphs]  # other node inputs (an attribute column): refused, not reused
+    for g in wider:
+        g.node_attr = torch.ones(g.num_nodes, 1)
+    with pytest.raises(ValueError, match=r"all-folds.json: computed under another request \(gin differ\)"):
+        run_fusion_cell(root, wider, y, outer, fusion=TINY, **options)
     fusion_cell_path(root, "MUTAG").unlink()  # a run killed after its probabilities: selection only
     resumed = run_fusion_cell(root, graphs, y, outer, fusion=TINY, **options)
     assert resumed["computed"] and resumed["folds"] == first["folds"]

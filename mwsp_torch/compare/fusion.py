@@ -331,7 +331,10 @@ def run_fusion_cell(
 
     grid, fusion = grid or KernelGrid(), fusion or FusionGrid()
     y = np.asarray(y)
-    gin = _gin_request(fusion, dataset, profile)
+    # labels zero: the networks read only the labels they are given
+    packed = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], np.zeros(len(y)))
+    # The inputs' width is part of the request, so that cells of other node inputs are refused.
+    gin = {**_gin_request(fusion, dataset, profile), "input_width": int(packed.x.shape[1])}
     base = {"format": CELL_FORMAT, "dataset": dataset, "seed": int(seed), "split_sha256": splits.sha256, "gin": gin}
     grid_request = {"mwsp": grid.mwsp, "lams": grid.lams, "Cs": grid.Cs, "a": fusion.a, "gammas": fusion.gammas}
     request = json.loads(json.dumps({**base, "method": "fusion", "labels": labels, "grid": grid_request}))
@@ -342,7 +345,6 @@ def run_fusion_cell(
         return {**cell, "computed": False}
     folds = nested_folds(y, (seed,), outer_folds=check_outer_folds(splits.pairs(), y, 5))
     num_classes = len(np.unique(y))
-    packed = None
     outer, inner, gin_seconds = [], [], 0.0
     bar = tqdm(folds, desc=f"{dataset} fusion GINs", unit="fold", disable=progress_disabled(progress))
     for f, (_, train, test, inner_splits) in enumerate(bar):
@@ -354,10 +356,6 @@ def run_fusion_cell(
             probabilities = {"outer": stored["outer"], "inner": stored["inner"]}
             gin_seconds += float(stored["seconds"])
         else:
-            if packed is None:  # labels zero: the networks read only the labels they are given
-                packed = PackedGraphs(
-                    dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], np.zeros(len(y))
-                )
             start = time.perf_counter()
             probabilities = fold_probabilities(
                 packed, y, train, test, inner_splits, num_classes, seed=1000 * f, setting=gin["setting"],
