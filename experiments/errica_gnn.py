@@ -11,7 +11,7 @@ pooling (``--methods gin_pool gin_pool_tree_ids gin_tfgw``, ``docs/pooling.md``)
 and selected by the same code.
 
 Folds: Errica et al.'s own split files (``--splits-dir``, their ``data_splits/``) for NCI1,
-PROTEINS (PROTEINS_full's nodes), DD, ENZYMES, IMDB-BINARY and REDDIT-BINARY (degree folds);
+PROTEINS (their file indexes PROTEINS_full), DD, ENZYMES, IMDB-BINARY and REDDIT-BINARY (degree folds);
 the project's seed-42 files (``--folds-dir``, drawn there if missing) for the others (MUTAG,
 PTC_MR). Node inputs: :func:`mwsp_torch.gnn_protocol.dataset_node_features`; ``gin_pool_tree_ids``:
 MWSP's tree IDs fitted on each fold's training graphs

@@ -1,7 +1,7 @@
 """GNNs against graph kernels on the same outer folds: our table, over :func:`mwsp_torch.compare.compare`.
 
 For each dataset, every method reads one split file: Errica et al.'s own (``--errica-dir``,
-their ``data_splits/``) for NCI1, PROTEINS (PROTEINS_full's nodes), DD, ENZYMES, IMDB-BINARY
+their ``data_splits/``) for NCI1, PROTEINS (their file indexes PROTEINS_full), DD, ENZYMES, IMDB-BINARY
 and REDDIT-BINARY, the project's seed-42 files (``results/folds/NAME.json``) for MUTAG and
 PTC_MR. Kernels (``mwsp``, ``mwsp_attributes`` where the GNN reads attributes, ``wl``,
 ``sp``) select by the nested protocol on those folds; GNNs (``gin``, ``baseline``) follow
