@@ -37,7 +37,6 @@ from tqdm.auto import tqdm
 
 from mwsp_torch.compare.report import ERRICA_PUBLISHED as ERRICA
 from mwsp_torch.datasets import load_dataset
-from mwsp_torch.gnn import PackedGraphs
 from mwsp_torch.gnn_protocol import (
     ERRICA_DATA,
     ERRICA_SPLIT_FILES,
@@ -46,8 +45,8 @@ from mwsp_torch.gnn_protocol import (
     RETRAINS,
     TREE_ID_METHODS,
     cell_path,
-    dataset_node_features,
     grid_settings,
+    pack_dataset,
     protocol_of,
     run_gnn_cell,
 )
@@ -78,7 +77,7 @@ def dataset_inputs(name: str, args):
         splits = load_errica_splits(Path(args.splits_dir) / ERRICA_SPLIT_FILES[name], y=y)
     else:
         splits = ensure_splits(Path(args.folds_dir) / f"{name}.json", y, name)
-    packed = PackedGraphs(dataset_node_features(graphs, name), [g.edge_index for g in graphs], y)
+    packed = pack_dataset(graphs, y, name)
     return packed, y, splits, graphs
 
 

@@ -76,6 +76,7 @@ __all__ = [
     "cell_path",
     "dataset_node_features",
     "grid_settings",
+    "pack_dataset",
     "protocol_of",
     "run_gnn_cell",
     "run_gnn_fold",
@@ -112,6 +113,12 @@ def dataset_node_features(graphs: Sequence[Data], dataset: str | None = None) ->
     (:func:`~mwsp_torch.gnn.errica_node_features`), with the attributes where the graphs carry
     them, except on the datasets where they left them out (:data:`ERRICA_LABELS_ONLY`)."""
     return errica_node_features(graphs, attributes=dataset not in ERRICA_LABELS_ONLY)
+
+
+def pack_dataset(graphs: Sequence[Data], y, dataset: str | None = None) -> PackedGraphs:
+    """The GNNs' inputs of a whole dataset, packed once: :func:`dataset_node_features` beside each
+    graph's edges and ``y`` (a :class:`~mwsp_torch.gnn.PackedGraphs`, which folds then subset)."""
+    return PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
 
 
 #: Which of their baseline configs a dataset takes (``config_Baseline*.yml``); others: chemical.
@@ -438,7 +445,7 @@ def run_gnn_fold(
     elif isinstance(graphs, PackedGraphs):
         packed = graphs
     else:
-        packed = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
+        packed = pack_dataset(graphs, y, dataset)
     if len(packed) != len(y):
         raise ValueError(f"{len(packed)} packed graphs but {len(y)} labels")
     num_classes = int(y.max()) + 1
@@ -608,7 +615,7 @@ def run_gnn_cell(
         (True, False, True)
     """
     if method not in TREE_ID_METHODS and not isinstance(graphs, PackedGraphs):
-        graphs = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
+        graphs = pack_dataset(graphs, y, dataset)
     # The node inputs' width is part of the request (tree IDs: fitted per fold, named by `fixed`),
     # so that a cell computed on other inputs is refused, not reused.
     width = None if method in TREE_ID_METHODS else int(graphs.x.shape[1])

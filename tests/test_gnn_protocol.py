@@ -33,6 +33,7 @@ from mwsp_torch.gnn_protocol import (
     cell_path,
     dataset_node_features,
     grid_settings,
+    pack_dataset,
     protocol_of,
     run_gnn_cell,
     run_gnn_fold,
@@ -145,6 +146,9 @@ def test_errica_node_features_labels_attributes_and_degrees(fixture_root, cache_
     assert dataset_node_features(enzymes, "ENZYMES")[0].shape[1] == 21
     assert dataset_node_features(enzymes, None)[0].shape[1] == 21
     assert torch.equal(dataset_node_features(enzymes, "PROTEINS")[0], x[0][:, 18:])
+    packed = pack_dataset(enzymes, np.arange(len(enzymes)) % 6, "PROTEINS")
+    assert torch.equal(packed.x, torch.cat(x)[:, 18:]) and torch.equal(packed.edge_index, torch.cat(
+        [g.edge_index for g in enzymes], dim=1))  # fmt: skip
     with pytest.raises(ValueError, match="graph 1 lacks node_label"):
         errica_node_features([make_data(2, [[0, 1]], [0, 1]), pair])
 

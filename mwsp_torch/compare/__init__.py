@@ -178,8 +178,7 @@ def compare(
     from mwsp_torch.compare.fusion import FusionGrid, run_fusion_cell
     from mwsp_torch.compare.kernels import KernelGrid, run_kernel_cell
     from mwsp_torch.compare.report import best_pairs, method_row, paired_rows, write_report
-    from mwsp_torch.gnn import PackedGraphs
-    from mwsp_torch.gnn_protocol import TREE_ID_METHODS, dataset_node_features, run_gnn_cell
+    from mwsp_torch.gnn_protocol import TREE_ID_METHODS, pack_dataset, run_gnn_cell
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -205,7 +204,7 @@ def compare(
                             profile=profile, n_jobs=n_jobs, progress=progress, force=force)  # fmt: skip
             continue
         if packed is None:
-            packed = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], y)
+            packed = pack_dataset(graphs, y, dataset)
         # Tree-ID inputs are fitted per fold, on its training graphs, so they take the graphs.
         inputs = graphs if method in TREE_ID_METHODS else packed
         for f in tqdm(

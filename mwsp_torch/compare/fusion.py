@@ -326,13 +326,12 @@ def run_fusion_cell(
         The cell: as :func:`~mwsp_torch.compare.kernels.run_kernel_cell`'s (``selected`` with
         ``d, k, a, lam, gamma, C``; ``None`` where a candidate has none), plus ``computed``.
     """
-    from mwsp_torch.gnn import PackedGraphs
-    from mwsp_torch.gnn_protocol import dataset_node_features
+    from mwsp_torch.gnn_protocol import pack_dataset
 
     grid, fusion = grid or KernelGrid(), fusion or FusionGrid()
     y = np.asarray(y)
     # labels zero: the networks read only the labels they are given
-    packed = PackedGraphs(dataset_node_features(graphs, dataset), [g.edge_index for g in graphs], np.zeros(len(y)))
+    packed = pack_dataset(graphs, np.zeros(len(y)), dataset)
     # The inputs' width is part of the request, so that cells of other node inputs are refused.
     gin = {**_gin_request(fusion, dataset, profile), "input_width": int(packed.x.shape[1])}
     base = {"format": CELL_FORMAT, "dataset": dataset, "seed": int(seed), "split_sha256": splits.sha256, "gin": gin}
