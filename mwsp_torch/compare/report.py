@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.compare.kernels import KERNEL_METHODS, kernel_cell_path
-from mwsp_torch.compare.methods import POOLING_METHODS
+from mwsp_torch.compare.methods import GNN_METHODS, POOLING_METHODS
 from mwsp_torch.compare.stats import paired_test
 
 __all__ = ["ERRICA_PUBLISHED", "method_row", "paired_rows", "write_report"]
@@ -91,18 +91,19 @@ def paired_rows(rows: list[dict], n_train: float, n_test: float, pairs: list[tup
 
 
 def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
-    """The pairs a table tests: the best kernel against the best GNN, ``fusion`` against the
-    better of its parents (``mwsp``, ``gin``), each template-pooling GIN against ``gin`` (the
-    network whose readout it replaces), and every other method against the best of all (rows
-    with every fold only)."""
+    """The pairs a table tests: the best kernel against the best GNN (``gin`` or a
+    template-pooling GIN; Errica et al.'s ``baseline`` reads no edge, so it is no GNN here),
+    ``fusion`` against the better of its parents (``mwsp``, ``gin``), each template-pooling GIN
+    against ``gin`` (the network whose readout it replaces), and every other method against
+    the best of all (rows with every fold only)."""
     whole = [row for row in rows if row["folds_done"] == row["folds"]]
     if len(whole) < 2:
         return []
     kernels = [r for r in whole if r["method"] in KERNEL_METHODS]
-    others = [r for r in whole if r["method"] not in KERNEL_METHODS and r["method"] != "fusion"]
+    gnns = [r for r in whole if r["method"] in GNN_METHODS and r["method"] != "baseline"]
     pairs = []
-    if kernels and others:
-        pairs.append((max(kernels, key=_mean)["method"], max(others, key=_mean)["method"]))
+    if kernels and gnns:
+        pairs.append((max(kernels, key=_mean)["method"], max(gnns, key=_mean)["method"]))
     parents = [r for r in whole if r["method"] in ("mwsp", "gin")]
     if parents and any(r["method"] == "fusion" for r in whole):
         pairs.append(("fusion", max(parents, key=_mean)["method"]))
