@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mwsp_torch.compare.kernels import KERNEL_METHODS, kernel_cell_path
-from mwsp_torch.compare.methods import GNN_METHODS, POOLING_METHODS
+from mwsp_torch.compare.methods import POOLING_METHODS
 from mwsp_torch.compare.stats import paired_test
 
 __all__ = ["ERRICA_PUBLISHED", "method_row", "paired_rows", "write_report"]
@@ -100,7 +100,7 @@ def best_pairs(rows: list[dict]) -> list[tuple[str, str]]:
     if len(whole) < 2:
         return []
     kernels = [r for r in whole if r["method"] in KERNEL_METHODS]
-    gnns = [r for r in whole if r["method"] in GNN_METHODS and r["method"] != "baseline"]
+    gnns = [r for r in whole if r["method"] in ("gin", *POOLING_METHODS)]
     pairs = []
     if kernels and gnns:
         pairs.append((max(kernels, key=_mean)["method"], max(gnns, key=_mean)["method"]))
