@@ -3,6 +3,7 @@ test fold whose labels change nothing it is scored with, a kernel equal to its d
 ``a = 1`` selecting exactly as MWSP, cells that resume and refuse another request, and the
 row and paired test in the comparison's table."""
 
+import shutil
 from itertools import combinations
 from pathlib import Path
 
@@ -24,9 +25,10 @@ from mwsp_torch.compare.fusion import (
     probability_cell_path,
     run_fusion_cell,
 )
-from mwsp_torch.compare.kernels import kernel_settings, run_kernel_cell
+from mwsp_torch.compare.kernels import drop_checkpoint, kernel_settings, run_kernel_cell, selection_checkpoint
 from mwsp_torch.compare.report import best_pairs
 from mwsp_torch.evaluation import nested_folds
+from mwsp_torch.evaluation.store import SelectionStore
 from mwsp_torch.gnn import PackedGraphs, errica_node_features
 from mwsp_torch.gnn_protocol import protocol_of
 from mwsp_torch.kernel import laplacian_kernel
@@ -214,6 +216,42 @@ def test_cells_resume_without_training_and_refuse_another_request(mutag, plain, 
     fusion_cell_path(root, "MUTAG").unlink()
     with pytest.raises(ValueError, match=r"fold-00.npz: computed under another request \(gin differ\)"):
         run_fusion_cell(root, graphs, y, outer, fusion=other, **options)
+
+
+def test_a_selection_killed_part_way_resumes_from_its_finished_steps(mutag, plain, tmp_path):
+    """A run killed after 5 selection steps (probabilities on disk) leaves those steps in its
+    checkpoint; the next run reads them, computes the rest, selects and predicts as the
+    uninterrupted run, and removes the checkpoint once the cell is written."""
+    graphs, y, outer, labels, *_ = mutag
+    root, first = plain
+    for f in range(len(outer.folds)):
+        target = probability_cell_path(tmp_path, "MUTAG", f)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(probability_cell_path(root, "MUTAG", f), target)
+    options = {"dataset": "MUTAG", "labels": labels, "grid": GRID, "fusion": TINY, "n_jobs": 1, "progress": False}
+    checkpoint = selection_checkpoint("MUTAG", "fusion", outer)
+    drop_checkpoint(checkpoint)
+
+    class Killed(Exception):
+        pass
+
+    add = SelectionStore.add
+
+    def killed_after_five(store, step, scores):
+        if len(store.steps) == 5:
+            raise Killed
+        add(store, step, scores)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SelectionStore, "add", killed_after_five)
+        with pytest.raises(Killed):
+            run_fusion_cell(tmp_path, graphs, y, outer, **options)
+    assert not fusion_cell_path(tmp_path, "MUTAG").exists()
+    assert len(list(checkpoint.glob("selection-*.jsonl"))) == 1
+    resumed = run_fusion_cell(tmp_path, graphs, y, outer, **options)
+    assert resumed["computed"] and resumed["resumed_steps"] == 5
+    assert resumed["folds"] == first["folds"]
+    assert list(checkpoint.glob("selection-*.jsonl")) == []
 
 
 def test_the_table_has_a_fusion_row_tested_against_the_better_parent(plain):

@@ -37,7 +37,10 @@ the kernels differ by split, which ``Precomputed`` (one matrix per outer fold) c
 
 Cells under ``root/DATASET/fusion/``: ``fold-NN.npz`` holds an outer fold's probabilities
 (resumable; refused for another request), ``all-folds.json`` the result, in the kernel
-methods' format (:func:`mwsp_torch.compare.kernels.run_kernel_cell`).
+methods' format (:func:`mwsp_torch.compare.kernels.run_kernel_cell`). The selection keeps its
+finished steps in a checkpoint, as the kernel cells' does
+(:func:`~mwsp_torch.compare.kernels.selection_checkpoint`): on NCI1 it runs for many hours, and
+a run killed part way computes only the steps left.
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from mwsp_torch.compare.kernels import KernelGrid, kernel_settings
+from mwsp_torch.compare.kernels import KernelGrid, drop_checkpoint, kernel_settings, selection_checkpoint
 from mwsp_torch.evaluation import KernelSVM, check_outer_folds, majority_rate, memory_mapped, nested_folds, select
 from mwsp_torch.evaluation.selection import progress_disabled
+from mwsp_torch.evaluation.store import open_store
 from mwsp_torch.kernel import laplacian_kernel
 
 __all__ = [
@@ -324,7 +328,8 @@ def run_fusion_cell(
 
     Returns:
         The cell: as :func:`~mwsp_torch.compare.kernels.run_kernel_cell`'s (``selected`` with
-        ``d, k, a, lam, gamma, C``; ``None`` where a candidate has none), plus ``computed``.
+        ``d, k, a, lam, gamma, C``; ``None`` where a candidate has none), plus ``computed``
+        and, when computed, ``resumed_steps`` (selection steps read from the checkpoint).
     """
     from mwsp_torch.gnn_protocol import pack_dataset
 
@@ -373,7 +378,11 @@ def run_fusion_cell(
     keys = list(candidates)
     start = time.perf_counter()
     jobs = [(train, test, inner_splits) for _, train, test, inner_splits in folds]
-    selection = select(learner, keys, {key: (None,) for key in keys}, grid.Cs, y, jobs, n_jobs, progress, "fusion")
+    params = {key: (None,) for key in keys}
+    checkpoint = selection_checkpoint(dataset, "fusion", splits)
+    inputs, named, options = _fingerprinted(learner, candidates)
+    with open_store(checkpoint, "fusion", inputs, y, jobs, named, grid.Cs, options) as store:
+        selection = select(learner, keys, params, grid.Cs, y, jobs, n_jobs, progress, "fusion", store)
     accuracies = [fold.accuracy for fold in selection.folds]
     cell = {
         "request": request,
@@ -399,7 +408,19 @@ def run_fusion_cell(
         "split_sha256": splits.sha256,
     }
     _write(path, lambda tmp: tmp.write_text(json.dumps(cell, indent=1) + "\n"))
-    return {**cell, "computed": True}
+    drop_checkpoint(checkpoint)
+    return {**cell, "computed": True, "resumed_steps": selection.resumed_steps}
+
+
+def _fingerprinted(learner: FusedKernels, candidates: dict) -> tuple:
+    """What names a fusion selection's checkpoint (:func:`~mwsp_torch.evaluation.store.open_store`'s
+    ``inputs``, ``params`` and ``options``): each W and probability matrix once (not once a
+    candidate), and the candidates in grid order, which the steps are numbered by."""
+    inputs = [(f"W{key}", "distances", [w]) for key, w in sorted(learner.distances.items())]
+    inputs += [(f"outer{f}", "probabilities", [p]) for f, p in enumerate(learner.outer)]
+    inputs += [(f"inner{f}", "probabilities", list(ps)) for f, ps in enumerate(learner.inner_probabilities)]
+    options = ("svc", "flip", learner.solver, json.dumps([[name, *map(repr, c)] for name, c in candidates.items()]))
+    return inputs, {name: (None,) for name, _, _ in inputs}, options
 
 
 def _selected(seed: int, choice: tuple, candidates: dict) -> dict:

@@ -34,7 +34,16 @@ from mwsp_torch.evaluation import PAPER_CS, PAPER_LAMS, Precomputed, nested_prot
 from mwsp_torch.labels import to_graph_set
 from mwsp_torch.splits import OuterSplits
 
-__all__ = ["KERNEL_METHODS", "KernelGrid", "grakel_kernel", "kernel_cell_path", "kernel_settings", "run_kernel_cell"]
+__all__ = [
+    "KERNEL_METHODS",
+    "KernelGrid",
+    "drop_checkpoint",
+    "grakel_kernel",
+    "kernel_cell_path",
+    "kernel_settings",
+    "run_kernel_cell",
+    "selection_checkpoint",
+]
 
 #: Raised whenever a kernel cell's content changes meaning.
 CELL_FORMAT = 1
@@ -155,6 +164,19 @@ def kernel_cell_path(root, dataset: str, method: str) -> Path:
     return Path(root) / dataset / method / "all-folds.json"
 
 
+def selection_checkpoint(dataset: str, method: str, splits: OuterSplits) -> Path:
+    """The folder of a cell's selection checkpoint (:mod:`mwsp_torch.evaluation.store`), in the
+    cache: a selection killed part way resumes from its finished steps; the cell, once written,
+    replaces it (:func:`drop_checkpoint`)."""
+    return resolve_cache_dir(None) / "selection" / f"compare-{dataset}-{method}-{splits.sha256[:12]}"
+
+
+def drop_checkpoint(checkpoint: Path) -> None:
+    """Remove a selection checkpoint's step files once their cell is on disk."""
+    for stale in checkpoint.glob("selection-*.jsonl"):
+        stale.unlink()
+
+
 def run_kernel_cell(
     root,
     method: str,
@@ -207,7 +229,7 @@ def run_kernel_cell(
         return {**cell, "computed": False}
     settings, kernel_seconds = kernel_settings(method, graphs, dataset, labels, grid, n_jobs, bool(progress))
     start = time.perf_counter()
-    checkpoint = resolve_cache_dir(None) / "selection" / f"compare-{dataset}-{method}-{splits.sha256[:12]}"
+    checkpoint = selection_checkpoint(dataset, method, splits)
     result = nested_protocol(
         settings,
         y,
@@ -246,6 +268,5 @@ def run_kernel_cell(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cell, indent=1) + "\n")
     tmp.replace(path)
-    for stale in checkpoint.glob("selection-*.jsonl"):
-        stale.unlink()
+    drop_checkpoint(checkpoint)
     return {**cell, "computed": True}
