@@ -419,7 +419,8 @@ def _fingerprinted(learner: FusedKernels, candidates: dict) -> tuple:
     inputs = [(f"W{key}", "distances", [w]) for key, w in sorted(learner.distances.items())]
     inputs += [(f"outer{f}", "probabilities", [p]) for f, p in enumerate(learner.outer)]
     inputs += [(f"inner{f}", "probabilities", list(ps)) for f, ps in enumerate(learner.inner_probabilities)]
-    options = ("svc", "flip", learner.solver, json.dumps([[name, *map(repr, c)] for name, c in candidates.items()]))
+    grid_order = json.dumps([[name, *map(repr, c)] for name, c in candidates.items()])
+    options = (learner.svm, learner.krein, learner.solver, grid_order)
     return inputs, {name: (None,) for name, _, _ in inputs}, options
 
 
